@@ -1,0 +1,390 @@
+"""The one verifier: decide which drafts of a block the target accepts, chains and trees alike.
+
+Block convention (trees.py): node 0 is the root (the pending token), nodes 1..P are drafts in
+topological order with siblings in draft-preference order. The target's processed
+distribution at node j, p[j], is the law of the token after node j.
+
+The walk (every mode but `typical`). Carry the current node c (start: the root) and the
+running distribution r (start: p[0]). Scan nodes j = 1..P in index order; j is a candidate
+iff it is valid and parents[j] == c. A candidate is accepted with `accept_prob(r, q_j, x_j)`;
+accepting moves c <- j, r <- p[j]; rejecting sets r <- `reject_update(r, q_j, x_j)`. After
+the scan the bonus / recovered token is drawn from r. One pass suffices: a node's children
+come after it, and a rejected sibling's subtree never has c as a parent. A chain is the tree
+with one child per node, so this is also the classic chain rule.
+
+Modes (all lossless except typical):
+  greedy         accept iff x == argmax p[c] (lowest id on ties); emit argmax p[c].
+  probabilistic  accept iff u < min(1, r(x) / q(x)); on reject r <- norm(max(r - q, 0)).
+                 Siblings must be i.i.d. draws from one q (SpecInfer); for a chain this is
+                 Leviathan / Chen speculative sampling.
+  one_hot        deterministic drafts (top-k children): accept iff u < r(x); on reject
+                 r(x) <- 0 and renormalise. A duplicate sibling therefore gets r(x) = 0.
+  strict         draw y ~ r, accept iff y == x; on reject r(x) <- 0 and renormalise. Given a
+                 rejection, y has exactly the law of r with x zeroed, so sampling the final
+                 token from the updated r (with fresh randomness) gives the emitted token the
+                 law p: P(emit t) = p(x) [t = x] + (1 - p(x)) p(t) [t != x] / (1 - p(x)).
+  typical        Medusa's typical acceptance, LOSSY (see `_verify_typical`).
+`node_output_law` computes the exact law of the token emitted at one node from the same
+primitives, so tests check losslessness without sampling noise.
+
+Randomness. Row b's key is split per node with fold_in(key[b], j): node j >= 1 draws its coin
+from fold_in(key[b], j); the bonus token uses fold_in(key[b], 0) (the root is never a
+candidate). A row's result therefore depends on its own key and data only.
+
+Numerics. All probability math is float32. No division by a sum that can be zero: every
+renormalisation is where-guarded, and a residual that sums to 0 (p == q in floating point,
+a probability-0 rejection in exact arithmetic) leaves the running distribution unchanged.
+Coins are u ~ U[0, 1) with acceptance iff u < a, so a = 0 never accepts and a = 1 always does.
+Sampling uses jax.random.categorical on log r (a Gumbel race; zeros become -inf, never drawn).
+Duplicate siblings: only the first is ever entered (later ones get r(x) = 0 or fail argmax);
+proposers should merge common prefixes rather than repeat them.
+
+Axis letters follow specjax/models/axes.py: B batch, P draft nodes (P+1 with the root),
+V vocab, M = Dmax+1.
+"""
+
+from __future__ import annotations
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.decoding.trees import Tree
+from specjax.sampling import greedy_argmax
+
+MODES = ("greedy", "probabilistic", "one_hot", "strict", "typical")
+LOSSY_MODES = ("typical",)
+_WALK_MODES = ("greedy", "probabilistic", "one_hot", "strict")
+_BONUS_NODE = 0  # the root's per-node key draws the bonus token: the root is never a candidate
+
+
+@flax.struct.dataclass
+class VerifyResult:
+    """What one speculative step emits.
+
+    Attributes:
+      tokens: [B, M] int32: the accepted drafts along the path, then the bonus / recovered
+        token at index num_accepted; 0 after it.
+      num_accepted: [B] int32 accepted drafts (0..Dmax); the step emits num_accepted + 1.
+      path: [B, M] int32 block node ids of the accepted path: path[:, 0] = 0 (the root),
+        path[:, i] the node accepted at depth i for i <= num_accepted; -1 after.
+    """
+
+    tokens: jax.Array
+    num_accepted: jax.Array
+    path: jax.Array
+
+
+# ------------------------------------------------------------------ per-candidate primitives
+# r, q: [..., V]; x: [...]. Pure and shape-polymorphic, used by the walk and by the exact laws.
+
+
+def _at(r: jax.Array, x: jax.Array) -> jax.Array:
+    return jnp.take_along_axis(r, x[..., None], axis=-1)[..., 0]  # [...]
+
+
+def _normalize(r: jax.Array, fallback: jax.Array) -> jax.Array:
+    """r / sum(r), or fallback where the sum is 0 (where-guarded: no 0/0 inside jit)."""
+    total = jnp.sum(r, axis=-1, keepdims=True)  # [..., 1]
+    ok = total > 0  # [..., 1]
+    return jnp.where(ok, r / jnp.where(ok, total, 1.0), fallback)  # [..., V]
+
+
+def _check_mode(mode: str, allowed: tuple[str, ...]) -> None:
+    if mode not in allowed:
+        raise ValueError(f"mode={mode!r} is invalid here: must be one of {allowed}")
+
+
+def accept_prob(r: jax.Array, q: jax.Array | None, x: jax.Array, mode: str) -> jax.Array:
+    """Probability that candidate x is accepted given running distribution r.
+
+    Args:
+      r: [..., V] running target distribution at the parent (normalised here; float32).
+      q: [..., V] the draft law x was sampled from (probabilistic only; else ignored).
+      x: [...] int candidate token.
+      mode: 'greedy', 'probabilistic', 'one_hot' or 'strict'.
+
+    Returns:
+      [...] float32 in [0, 1].
+    """
+    _check_mode(mode, _WALK_MODES)
+    r = r.astype(jnp.float32)  # [..., V] acceptance math in float32
+    if mode == "greedy":
+        return (x == greedy_argmax(r)).astype(jnp.float32)  # [...]
+    rx = _at(_normalize(r, r), x)  # [...]
+    if mode in ("one_hot", "strict"):
+        return rx  # strict: P(y == x) for y ~ r
+    qx = _at(q.astype(jnp.float32), x)  # [...]
+    # min(1, r(x)/q(x)); q(x) = 0 can only meet r(x) <= q(x) as r(x) = 0, which never accepts.
+    ratio = rx / jnp.where(qx > rx, qx, 1.0)  # [...] divisor > 0 wherever it is used
+    return jnp.where(qx > rx, ratio, (rx > 0).astype(jnp.float32))  # [...]
+
+
+def reject_update(r: jax.Array, q: jax.Array | None, x: jax.Array, mode: str) -> jax.Array:
+    """The running distribution after candidate x is rejected.
+
+    Args: as accept_prob.
+
+    Returns:
+      [..., V] float32, normalised; a residual that sums to 0 falls back to norm(r).
+    """
+    _check_mode(mode, _WALK_MODES)
+    r = r.astype(jnp.float32)  # [..., V]
+    if mode == "greedy":
+        return r  # x != argmax r, so the argmax is unchanged
+    r = _normalize(r, r)  # [..., V]
+    if mode in ("one_hot", "strict"):
+        ids = jax.lax.broadcasted_iota(jnp.int32, r.shape, r.ndim - 1)  # [..., V]
+        residual = jnp.where(ids == x[..., None], 0.0, r)  # [..., V]
+    else:
+        residual = jnp.maximum(r - q.astype(jnp.float32), 0.0)  # [..., V]
+    return _normalize(residual, r)  # [..., V]
+
+
+def final_law(r: jax.Array, mode: str) -> jax.Array:
+    """Law of the bonus / recovered token drawn from running distribution r: [..., V]."""
+    _check_mode(mode, _WALK_MODES)
+    r = r.astype(jnp.float32)  # [..., V]
+    if mode == "greedy":
+        return jax.nn.one_hot(greedy_argmax(r), r.shape[-1], dtype=jnp.float32)  # [..., V]
+    return _normalize(r, r)  # [..., V]
+
+
+def node_output_law(
+    p: jax.Array, q_children: jax.Array | None, tokens: jax.Array, mode: str
+) -> jax.Array:
+    """Exact law of the token emitted after one node, given its candidate children.
+
+    Sums the accept / reject branches sibling by sibling with the walk's own primitives:
+    the emitted token is the first accepted child's token, else a draw from the final r.
+
+    Args:
+      p: [V] target distribution at the node.
+      q_children: [k, V] draft law of each child (probabilistic; None otherwise).
+      tokens: [k] int the children's tokens, in sibling order (conditioned on, not averaged).
+      mode: 'greedy', 'probabilistic', 'one_hot' or 'strict'.
+
+    Returns:
+      [V] float32. For one_hot / strict / greedy it equals p (greedy: one_hot(argmax p)) for
+      any tokens; for probabilistic its average over tokens ~ q^k equals p.
+    """
+    _check_mode(mode, _WALK_MODES)
+    if mode == "probabilistic" and q_children is None:
+        raise ValueError("node_output_law: mode='probabilistic' needs q_children")
+    r = jnp.asarray(p, jnp.float32)  # [V]
+    tokens = jnp.asarray(tokens, jnp.int32)  # [k]
+    law = jnp.zeros_like(r)  # [V]
+    reach = jnp.float32(1.0)  # probability that every earlier sibling was rejected
+    for i in range(tokens.shape[0]):
+        q = None if q_children is None else jnp.asarray(q_children[i], jnp.float32)  # [V]
+        a = accept_prob(r, q, tokens[i], mode)  # []
+        law = law + reach * a * jax.nn.one_hot(tokens[i], r.shape[-1])  # [V]
+        reach = reach * (1.0 - a)  # []
+        r = reject_update(r, q, tokens[i], mode)  # [V]
+    return law + reach * final_law(r, mode)  # [V]
+
+
+def chain_law(p: jax.Array, q: jax.Array | None, x: jax.Array, mode: str) -> jax.Array:
+    """node_output_law for a chain position: one child x drawn from q. Returns [V]."""
+    q_children = None if q is None else jnp.asarray(q)[None]  # [1, V]
+    return node_output_law(p, q_children, jnp.asarray(x)[None], mode)  # [V]
+
+
+# ------------------------------------------------------------------------------- the walk
+
+
+def _coin(key, r, q, x, mode: str) -> jax.Array:
+    """One candidate's accept decision: [] bool."""
+    if mode == "greedy":
+        return x == greedy_argmax(r)  # []
+    if mode == "strict":
+        y = jax.random.categorical(key, jnp.log(r))  # [] a sample y ~ r
+        return y == x
+    u = jax.random.uniform(key, dtype=jnp.float32)  # [] in [0, 1)
+    return u < accept_prob(r, q, x, mode)
+
+
+def _draw(key, r, mode: str) -> jax.Array:
+    """The bonus / recovered token from running distribution r: [] int32."""
+    if mode == "greedy":
+        return greedy_argmax(r)  # []
+    return jax.random.categorical(key, jnp.log(r)).astype(jnp.int32)  # []
+
+
+def _walk_row(p, x, q, valid, keys, parents, mode: str):
+    """One row's walk. p [N, V], x [N], q [N, V] | None, valid [N], keys [N] | None.
+
+    Returns (c, bonus): the last accepted node and the emitted token after it, [] int32 each.
+    """
+    num_nodes = p.shape[0]
+
+    def step(carry, xs):
+        c, r = carry  # [] int32, [V] float32
+        j, parent, x_j, valid_j, p_j, q_j, key_j = xs
+        cand = valid_j & (parent == c)  # []
+        accept = cand & _coin(key_j, r, q_j, x_j, mode)  # []
+        r_rej = reject_update(r, q_j, x_j, mode)  # [V]
+        r = jnp.where(accept, p_j, jnp.where(cand, r_rej, r))  # [V]
+        return (jnp.where(accept, j, c), r), None
+
+    tail = lambda a: None if a is None else a[1:]
+    xs = (
+        jnp.arange(1, num_nodes, dtype=jnp.int32),  # [P]
+        jnp.asarray(parents[1:], jnp.int32),  # [P]
+        x[1:],  # [P]
+        valid[1:],  # [P]
+        p[1:],  # [P, V]
+        tail(q),  # [P, V] | None
+        tail(keys),  # [P] | None
+    )
+    (c, r), _ = jax.lax.scan(step, (jnp.int32(0), p[0]), xs)
+    bonus_key = None if keys is None else keys[_BONUS_NODE]
+    return c, _draw(bonus_key, r, mode)
+
+
+def _node_keys(key: jax.Array, num_nodes: int) -> jax.Array:
+    """[B] row keys -> [B, N] per-node keys fold_in(key[b], j)."""
+    nodes = jnp.arange(num_nodes)  # [N]
+    per_row = lambda k: jax.vmap(lambda j: jax.random.fold_in(k, j))(nodes)  # [N]
+    return jax.vmap(per_row)(key)  # [B, N]
+
+
+def _emit(c, bonus, x, tree: Tree) -> VerifyResult:
+    """Builds the result from the last accepted node c [B] and its bonus token [B]."""
+    num_accepted = jnp.asarray(tree.depth)[c]  # [B]
+    path = jnp.asarray(tree.node_paths)[c]  # [B, M]
+    nxt = jnp.maximum(path[:, 1:], 0)  # [B, M-1] node at depth i+1 (clamped pad)
+    drafted = jnp.take_along_axis(x, nxt, axis=1)  # [B, M-1]
+    drafted = jnp.pad(drafted, ((0, 0), (0, 1)))  # [B, M]
+    i = jnp.arange(path.shape[1])[None]  # [1, M]
+    n = num_accepted[:, None]  # [B, 1]
+    tokens = jnp.where(i < n, drafted, jnp.where(i == n, bonus[:, None], 0))  # [B, M]
+    return VerifyResult(
+        tokens=tokens.astype(jnp.int32), num_accepted=num_accepted, path=path
+    )
+
+
+# ------------------------------------------------------------------------------ typical
+
+
+def _verify_typical(p, crit, x, valid, key, tree: Tree, eps: float, delta: float):
+    """Medusa typical acceptance (LOSSY: the output law is not the target's).
+
+    Candidate x at node j passes iff crit[parent](x) > min(eps, delta * exp(-H(crit[parent]))).
+    Along each root-to-leaf path the accepted length is the run of passing nodes from the
+    root (cumulative product); the longest wins, ties going to the highest total log-prob of
+    the accepted prefix, then to the first leaf. The bonus token is *sampled* from p at the
+    last accepted node (Medusa samples it with its typical filter; we keep p's law there).
+
+    Args:
+      p: [B, N, V] processed target probs; crit: [B, N, V] the law judged (softmax of
+        target_logits when given, else p); x: [B, N]; valid: [B, N]; key: [B].
+    """
+    b = p.shape[0]
+    parents = np.maximum(tree.parents_array, 0)  # [N] root clamped (never a candidate)
+    ent = -jnp.sum(jax.scipy.special.xlogy(crit, crit), axis=-1)  # [B, N] 0 log 0 = 0
+    thr = jnp.minimum(eps, delta * jnp.exp(-ent))  # [B, N] threshold at each node
+    rows = jnp.arange(b)[:, None]  # [B, 1]
+    px = crit[rows, parents[None, :], x]  # [B, N] crit[parent(j)](x_j)
+    ok = valid & (px > thr[:, parents])  # [B, N]
+    steps = tree.paths[:, 1:]  # [L, M-1] leaf paths without the root
+    on_path = ok[:, np.maximum(steps, 0)] & (steps >= 0)[None]  # [B, L, M-1]
+    run = jnp.cumprod(on_path, axis=-1).astype(bool)  # [B, L, M-1]
+    acc_len = jnp.sum(run, axis=-1)  # [B, L]
+    logp = jnp.log(jnp.where(run, px[:, np.maximum(steps, 0)], 1.0))  # [B, L, M-1]
+    loglik = jnp.sum(logp, axis=-1)  # [B, L]
+    best_len = jnp.max(acc_len, axis=-1)  # [B]
+    score = jnp.where(acc_len == best_len[:, None], loglik, -jnp.inf)  # [B, L]
+    best = jnp.argmax(score, axis=-1)  # [B] first leaf among equals
+    c = jnp.asarray(tree.paths)[best, best_len]  # [B]
+    p_c = p[jnp.arange(b), c]  # [B, V]
+    bonus_keys = jax.vmap(lambda k: jax.random.fold_in(k, _BONUS_NODE))(key)  # [B]
+    bonus = jax.vmap(lambda k, r: _draw(k, r, "typical"))(bonus_keys, p_c)  # [B]
+    return _emit(c, bonus, x, tree)
+
+
+# ------------------------------------------------------------------------------- verify
+
+
+def _typed_keys(key) -> jax.Array:
+    key = jnp.asarray(key)
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key
+    return jax.random.wrap_key_data(key)  # legacy uint32 [B, 2]
+
+
+def _check_shapes(target_probs, draft_tokens, tree, draft_probs, node_valid, key, mode):
+    n = tree.num_nodes
+    if target_probs.ndim != 3 or target_probs.shape[1] != n:
+        raise ValueError(f"verify: target_probs shape {target_probs.shape} must be [B, {n}, V]")
+    b, _, v = target_probs.shape
+    if draft_tokens.shape != (b, n):
+        raise ValueError(f"verify: draft_tokens shape {draft_tokens.shape} must be {(b, n)}")
+    if mode == "probabilistic" and draft_probs is None:
+        raise ValueError("verify: mode='probabilistic' needs draft_probs [B, P+1, V]")
+    if draft_probs is not None and draft_probs.shape != (b, n, v):
+        raise ValueError(f"verify: draft_probs shape {draft_probs.shape} must be {(b, n, v)}")
+    if node_valid is not None and node_valid.shape != (b, n):
+        raise ValueError(f"verify: node_valid shape {node_valid.shape} must be {(b, n)}")
+    if mode != "greedy" and (key is None or key.shape != (b,)):
+        shape = None if key is None else key.shape
+        raise ValueError(f"verify: mode={mode!r} needs key of shape ({b},), got {shape}")
+
+
+def verify(
+    target_probs: jax.Array,
+    draft_tokens: jax.Array,
+    tree: Tree,
+    mode: str,
+    key: jax.Array | None,
+    *,
+    draft_probs: jax.Array | None = None,
+    node_valid: jax.Array | None = None,
+    target_logits: jax.Array | None = None,
+    typical_eps: float = 0.09,
+    typical_delta: float = 0.3,
+) -> VerifyResult:
+    """Verifies one block of drafts against the target; jit with tree and mode static.
+
+    Args:
+      target_probs: [B, P+1, V] processed target distribution at every node.
+      draft_tokens: [B, P+1] int32 node tokens (index 0, the root, is ignored).
+      tree: the block's static topology (P+1 nodes).
+      mode: one of MODES ('typical' is lossy; the caller enforces allow_lossy).
+      key: [B] typed PRNG keys (legacy uint32 [B, 2] also taken), one per row; may be None
+        for greedy.
+      draft_probs: [B, P+1, V] q at node j = the law node j's token was drawn from (siblings
+        drawn i.i.d. share it); required for 'probabilistic', ignored otherwise.
+      node_valid: [B, P+1] bool, None = all valid. Invalid nodes are never accepted and do
+        not change the running distribution (missing drafts; depth shrinking at the limit).
+      target_logits: [B, P+1, V] optional, 'typical' only: when given, the acceptance test
+        judges softmax(target_logits) (temperature already applied by the caller), as
+        Medusa does; else it judges target_probs.
+      typical_eps, typical_delta: Medusa's posterior threshold and alpha.
+
+    Returns:
+      VerifyResult with tokens [B, M], num_accepted [B], path [B, M] (M = tree.max_depth + 1).
+    """
+    _check_mode(mode, MODES)
+    p = jnp.asarray(target_probs).astype(jnp.float32)  # [B, N, V] acceptance math in float32
+    x = jnp.asarray(draft_tokens).astype(jnp.int32)  # [B, N]
+    key = None if key is None else _typed_keys(key)
+    _check_shapes(p, x, tree, draft_probs, node_valid, key, mode)
+    valid = (
+        jnp.ones(x.shape, bool) if node_valid is None else jnp.asarray(node_valid, bool)
+    )  # [B, N]
+    if mode == "typical":
+        crit = p if target_logits is None else jax.nn.softmax(
+            jnp.asarray(target_logits).astype(jnp.float32), axis=-1
+        )  # [B, N, V]
+        return _verify_typical(p, crit, x, valid, key, tree, typical_eps, typical_delta)
+    q = None
+    if mode == "probabilistic":
+        q = jnp.asarray(draft_probs).astype(jnp.float32)  # [B, N, V]
+    keys = None if mode == "greedy" else _node_keys(key, tree.num_nodes)  # [B, N]
+    walk = lambda p_b, x_b, q_b, v_b, k_b: _walk_row(
+        p_b, x_b, q_b, v_b, k_b, tree.parents, mode
+    )
+    c, bonus = jax.vmap(walk)(p, x, q, valid, keys)  # [B], [B]
+    return _emit(c, bonus, x, tree)

@@ -1,0 +1,442 @@
+"""Training data: corpora as `datasets.Dataset`, splits, packing, resumable batches.
+
+Every corpus is a `datasets.Dataset` with two string columns, `text` (one document a row)
+and `category` (what kind of text it is; benchmarks report per category). Sources:
+
+- "embedded" (the default, no network): text every Python install carries, found through
+  the running interpreter. Category "code" is the standard library's `.py` source; category
+  "prose" is `pydoc_data/topics.py`, the language reference's English text, one document
+  per topic.
+- a local `.txt` file or a directory of text files (one document per file), a `.json` or
+  `.jsonl` file (a configurable text field), through `datasets`' local builders;
+- any other string is a hub dataset name, passed to `datasets.load_dataset` (needs network).
+
+The pipeline, top to bottom:
+
+    ds = load_text_dataset("embedded")
+    train_ds, eval_ds = split_dataset(ds, eval_fraction=0.05, seed=0)
+    packed = pack(tokenize(train_ds["text"], tok), seq_len=256, eos_id=tok.eos_token_id)
+    for step, batch in batches(packed, batch_size=32, seed=0, start_step=restored_step): ...
+    prompts = held_out_prompts(eval_ds, tok, num_prompts=8, prompt_tokens=64, seed=0)
+
+Determinism: the split hashes document content (sha256 with the seed), so it is the same in
+every process and does not move when documents are added elsewhere; batch order is a
+permutation per epoch from (seed, epoch), so step k's batch is a pure function of
+(packed, batch_size, seed, k) and a restored trainer sees exactly the batches it would have.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import sysconfig
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import datasets
+import numpy as np
+from tqdm.auto import tqdm
+
+log = logging.getLogger(__name__)
+
+CODE, PROSE = "code", "prose"
+
+# Standard-library directories that are not ordinary library source: installed packages,
+# test suites (with deliberately broken files), the IDLE app, generated codec tables and
+# build configuration.
+_EXCLUDED_DIRS = frozenset(
+    {"site-packages", "dist-packages", "__pycache__", "test", "tests", "idlelib", "encodings"}
+)
+_TEXT_SUFFIXES = (".txt", ".text", ".md", ".rst")
+_JSON_SUFFIXES = (".json", ".jsonl")
+
+
+# ------------------------------------------------------------------- the embedded corpus
+
+
+def _stdlib_dir() -> Path:
+    stdlib = sysconfig.get_path("stdlib")
+    return Path(stdlib) if stdlib else Path(os.__file__).parent
+
+
+def embedded_corpus_files() -> dict[str, list[Path]]:
+    """The files of the embedded corpus, found through the running interpreter.
+
+    Returns:
+      {"code": the standard library's `.py` files (sorted by relative path; excluding
+       site-packages, test suites, idlelib, generated `encodings` tables, `config-*` and
+       `_sysconfigdata*`, and `pydoc_data`), "prose": [pydoc_data/topics.py]}.
+    """
+    import pydoc_data.topics
+
+    stdlib = _stdlib_dir()
+    code = []
+    for path in stdlib.rglob("*.py"):
+        rel = path.relative_to(stdlib)
+        dirs = rel.parts[:-1]
+        if any(d in _EXCLUDED_DIRS or d.startswith("config-") for d in dirs):
+            continue
+        if dirs[:1] == ("pydoc_data",) or rel.name.startswith("_sysconfigdata"):
+            continue
+        code.append(path)
+    code.sort(key=lambda p: p.relative_to(stdlib).as_posix())
+    return {CODE: code, PROSE: [Path(pydoc_data.topics.__file__)]}
+
+
+@functools.lru_cache(maxsize=1)
+def _embedded_records() -> tuple[tuple[str, str], ...]:
+    """(text, category) of every embedded document: empty and duplicate texts dropped.
+
+    Cached: the standard library does not change while the process runs.
+    """
+    import pydoc_data.topics
+
+    files = embedded_corpus_files()
+    texts = [(p.read_text(encoding="utf-8", errors="replace"), CODE) for p in files[CODE]]
+    topics = pydoc_data.topics.topics
+    texts += [(topics[name], PROSE) for name in sorted(topics)]
+    # Duplicates (identical small __init__.py files) would straddle the train/eval split.
+    unique = dict.fromkeys(r for r in texts if r[0].strip())
+    return tuple(unique)
+
+
+# ------------------------------------------------------------------- loading
+
+
+def load_text_dataset(
+    source: str | Path = "embedded",
+    *,
+    text_field: str = "text",
+    category: str | None = None,
+    category_field: str = "category",
+    split: str = "train",
+    hub_config: str | None = None,
+    max_documents: int | None = None,
+    max_chars: int | None = None,
+    cache_dir: str | Path | None = None,
+) -> datasets.Dataset:
+    """Loads a corpus as a Dataset with string columns `text` and `category`.
+
+    Args:
+      source: "embedded"; a `.txt` file or a directory of text files (`.txt`, `.text`,
+        `.md`, `.rst`, searched recursively; one document per file); a `.json`/`.jsonl`
+        file; otherwise a hub dataset name.
+      text_field: the column holding the text (json and hub sources).
+      category: the category of every row; default: the `category_field` column where the
+        source has one, else the file stem, directory name or hub name.
+      category_field: the column read as the category where present (json and hub).
+      split: the hub split to load.
+      hub_config: the hub dataset's configuration name.
+      max_documents: keep at most this many documents of each category (in order).
+      max_chars: keep at most this many characters of each category: documents in order,
+        the one that crosses the budget truncated. Limits are per category so that a small
+        run still has every category.
+      cache_dir: where `datasets` caches what its builders prepare (default: its own).
+
+    Returns:
+      The Dataset, empty documents dropped.
+    """
+    _check_limit("max_documents", max_documents)
+    _check_limit("max_chars", max_chars)
+    if str(source) == "embedded":
+        records = _embedded_records()
+        if category is not None:
+            records = tuple((text, category) for text, _ in records)
+        return _from_records(_limit_records(records, max_documents, max_chars))
+
+    path = Path(source)
+    cache_dir = None if cache_dir is None else str(cache_dir)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in _TEXT_SUFFIXES)
+        if not files:
+            raise ValueError(f"no text files ({', '.join(_TEXT_SUFFIXES)}) under {path}")
+        ds = _load_text_files(files, cache_dir)
+        default_category = path.resolve().name
+    elif path.is_file() and path.suffix in _JSON_SUFFIXES:
+        ds = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=cache_dir)
+        default_category = path.stem
+    elif path.is_file():
+        ds = _load_text_files([path], cache_dir)
+        default_category = path.stem
+    elif path.suffix in _TEXT_SUFFIXES + _JSON_SUFFIXES:
+        raise FileNotFoundError(f"dataset file not found: {path}")
+    else:
+        ds = _load_hub(str(source), hub_config, split, cache_dir)
+        default_category = str(source)
+    ds = _normalise_columns(ds, text_field, category_field, category or default_category)
+    if max_documents is None and max_chars is None:
+        return ds
+    records = tuple(zip(ds["text"], ds["category"], strict=True))
+    return _from_records(_limit_records(records, max_documents, max_chars))
+
+
+def _load_text_files(files: Sequence[Path], cache_dir: str | None) -> datasets.Dataset:
+    return datasets.load_dataset(
+        "text",
+        data_files=[str(f) for f in files],
+        sample_by="document",
+        split="train",
+        cache_dir=cache_dir,
+    )
+
+
+def _load_hub(name: str, config: str | None, split: str, cache_dir: str | None):
+    try:
+        return datasets.load_dataset(name, config, split=split, cache_dir=cache_dir)
+    except Exception as e:
+        raise RuntimeError(
+            f"could not load dataset {name!r} (config={config!r}, split={split!r}) from the "
+            "Hugging Face hub; this needs network access or a warm `datasets` cache. "
+            "Offline, pass source='embedded', a local .txt/.json/.jsonl file or a directory "
+            f"of text files. Cause: {type(e).__name__}: {e}"
+        ) from e
+
+
+def _normalise_columns(
+    ds: datasets.Dataset, text_field: str, category_field: str, default_category: str
+) -> datasets.Dataset:
+    if text_field not in ds.column_names:
+        raise ValueError(
+            f"text_field={text_field!r} is not a column of the dataset; columns: {ds.column_names}"
+        )
+    keep = [text_field] + ([category_field] if category_field in ds.column_names else [])
+    ds = ds.select_columns(keep)
+    if text_field != "text":
+        ds = ds.rename_column(text_field, "text")
+    if category_field in ds.column_names and category_field != "category":
+        ds = ds.rename_column(category_field, "category")
+    if "category" not in ds.column_names:
+        ds = ds.add_column("category", [default_category] * len(ds))
+    return ds.filter(lambda batch: [bool(t and t.strip()) for t in batch["text"]], batched=True)
+
+
+def _check_limit(name: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise ValueError(f"{name}={value} is out of range: must be None or >= 1")
+
+
+def _limit_records(
+    records: Iterable[tuple[str, str]], max_documents: int | None, max_chars: int | None
+) -> list[tuple[str, str]]:
+    """Keeps, per category and in order, at most max_documents documents and max_chars chars."""
+    docs: dict[str, int] = {}
+    chars: dict[str, int] = {}
+    kept = []
+    for text, category in records:
+        n_docs, n_chars = docs.get(category, 0), chars.get(category, 0)
+        if max_documents is not None and n_docs >= max_documents:
+            continue
+        if max_chars is not None:
+            if n_chars >= max_chars:
+                continue
+            text = text[: max_chars - n_chars]
+        docs[category], chars[category] = n_docs + 1, n_chars + len(text)
+        kept.append((text, category))
+    return kept
+
+
+def _from_records(records: Sequence[tuple[str, str]]) -> datasets.Dataset:
+    features = datasets.Features({"text": datasets.Value("string"), "category": datasets.Value("string")})
+    return datasets.Dataset.from_dict(
+        {"text": [t for t, _ in records], "category": [c for _, c in records]}, features=features
+    )
+
+
+# ------------------------------------------------------------------- splitting
+
+
+def split_dataset(
+    ds: datasets.Dataset, eval_fraction: float, seed: int = 0
+) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """Splits into (train, eval), stratified by category, by hashing document content.
+
+    Each document's score is sha256(seed, text); within a category the round(fraction * n)
+    lowest scores go to eval (at least one and at most n - 1 when n >= 2, so every
+    category with two or more documents is in both). The split is the same in every
+    process and on every machine, and a document's side depends only on its own text and
+    its category's ranks. Identical documents score alike; dedupe first for a strictly
+    disjoint split by content (the embedded corpus is deduplicated).
+
+    Returns:
+      (train, eval), each in the original row order.
+    """
+    if not 0.0 < eval_fraction < 1.0:
+        raise ValueError(f"eval_fraction={eval_fraction} is out of range (0, 1)")
+    by_category: dict[str, list[tuple[int, int]]] = {}
+    for i, (text, category) in enumerate(zip(ds["text"], ds["category"], strict=True)):
+        digest = hashlib.sha256(f"{seed}\0{text}".encode("utf-8", "surrogatepass")).digest()
+        by_category.setdefault(category, []).append((int.from_bytes(digest[:8], "big"), i))
+    eval_idx = []
+    for scored in by_category.values():
+        n = len(scored)
+        k = min(max(round(eval_fraction * n), 1), n - 1) if n >= 2 else 0
+        eval_idx += [i for _, i in sorted(scored)[:k]]
+    eval_set = set(eval_idx)
+    train_idx = [i for i in range(len(ds)) if i not in eval_set]
+    return ds.select(train_idx), ds.select(sorted(eval_idx))
+
+
+# ------------------------------------------------------------------- tokenising and packing
+
+
+def tokenize(texts: Iterable[str], tokenizer, chunk_size: int = 256) -> list[list[int]]:
+    """Encodes documents (no special tokens) with a progress bar on a terminal.
+
+    Args:
+      texts: the documents (a list or a Dataset column).
+      tokenizer: a `specjax.io.tokenizer.Tokenizer` (anything with `encode_batch`).
+      chunk_size: documents per `encode_batch` call.
+    """
+    texts = list(texts)
+    out: list[list[int]] = []
+    with tqdm(total=len(texts), desc="tokenize", unit="doc", disable=None) as bar:
+        for start in range(0, len(texts), chunk_size):
+            chunk = texts[start : start + chunk_size]
+            out += tokenizer.encode_batch(chunk)
+            bar.update(len(chunk))
+    return out
+
+
+def pack(
+    token_streams: Iterable[Sequence[int]], seq_len: int, eos_id: int | None = None
+) -> np.ndarray:
+    """Concatenates documents and cuts the stream into rows for next-token training.
+
+    The stream is doc_0 [eos] doc_1 [eos] ... (eos after every document when given). Row i
+    is stream[i * seq_len : i * seq_len + seq_len + 1]: consecutive rows share one token,
+    so every token after the first is a target exactly once (inputs = row[:-1],
+    targets = row[1:]). The tail that does not fill a row is dropped.
+
+    Args:
+      token_streams: token ids per document.
+      seq_len: T, tokens per training input.
+      eos_id: appended after each document; None to concatenate as they are.
+
+    Returns:
+      int32 [num_seqs, seq_len + 1].
+    """
+    if seq_len < 1:
+        raise ValueError(f"seq_len={seq_len} is out of range: must be >= 1")
+    suffix = np.asarray([] if eos_id is None else [eos_id], dtype=np.int64)
+    parts = []
+    for doc in token_streams:
+        parts += [np.asarray(doc, dtype=np.int64), suffix]
+    stream = np.concatenate(parts) if parts else np.zeros((0,), np.int64)  # [N]
+    if stream.size and (stream.min() < 0 or stream.max() > np.iinfo(np.int32).max):
+        raise ValueError("token ids must lie in [0, 2**31 - 1]")
+    num_seqs = (stream.size - 1) // seq_len
+    if num_seqs < 1:
+        raise ValueError(
+            f"{stream.size} tokens cannot fill one row of seq_len + 1 = {seq_len + 1} tokens"
+        )
+    starts = np.arange(num_seqs)[:, None] * seq_len  # [num_seqs, 1]
+    return stream[starts + np.arange(seq_len + 1)].astype(np.int32)  # [num_seqs, T + 1]
+
+
+# ------------------------------------------------------------------- batches
+
+
+def steps_per_epoch(packed: np.ndarray, batch_size: int) -> int:
+    """Full batches per epoch (the last partial batch of each epoch is dropped)."""
+    if batch_size < 1 or batch_size > len(packed):
+        raise ValueError(
+            f"batch_size={batch_size} is out of range [1, {len(packed)}] (rows in packed)"
+        )
+    return len(packed) // batch_size
+
+
+def _epoch_permutation(num_rows: int, seed: int, epoch: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch]).permutation(num_rows)  # [num_rows]
+
+
+def _make_batch(packed: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
+    chosen = packed[rows]  # [B, T + 1]
+    return {"inputs": chosen[:, :-1], "targets": chosen[:, 1:]}  # [B, T] each
+
+
+def batch_at(packed: np.ndarray, batch_size: int, seed: int, step: int) -> dict[str, np.ndarray]:
+    """The batch of global step `step`: {"inputs" [B, T], "targets" [B, T]} int32."""
+    per_epoch = steps_per_epoch(packed, batch_size)
+    epoch, i = divmod(step, per_epoch)
+    perm = _epoch_permutation(len(packed), seed, epoch)
+    return _make_batch(packed, perm[i * batch_size : (i + 1) * batch_size])
+
+
+def batches(
+    packed: np.ndarray, batch_size: int, seed: int, start_step: int = 0
+) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """Yields (step, batch) forever from `start_step`, each as `batch_at` gives it.
+
+    Epoch e visits the rows in the permutation drawn from (seed, e); resuming at step k
+    yields exactly what the uninterrupted iterator yields from step k.
+    """
+    if start_step < 0:
+        raise ValueError(f"start_step={start_step} is out of range: must be >= 0")
+    per_epoch = steps_per_epoch(packed, batch_size)
+    epoch, first = divmod(start_step, per_epoch)
+    while True:
+        perm = _epoch_permutation(len(packed), seed, epoch)
+        for i in range(first, per_epoch):
+            rows = perm[i * batch_size : (i + 1) * batch_size]
+            yield epoch * per_epoch + i, _make_batch(packed, rows)
+        epoch, first = epoch + 1, 0
+
+
+def batch_iterator(
+    packed: np.ndarray, batch_size: int, seed: int, epoch: int = 0
+) -> Iterator[dict[str, np.ndarray]]:
+    """The batches of one epoch, in that epoch's order (the same as `batches` gives)."""
+    per_epoch = steps_per_epoch(packed, batch_size)
+    stream = batches(packed, batch_size, seed, start_step=epoch * per_epoch)
+    for _ in range(per_epoch):
+        yield next(stream)[1]
+
+
+# ------------------------------------------------------------------- held-out prompts
+
+
+def held_out_prompts(
+    eval_ds: datasets.Dataset, tokenizer, num_prompts: int, prompt_tokens: int, seed: int = 0
+) -> list[tuple[str, list[int]]]:
+    """Picks num_prompts prompts of each category from the eval split.
+
+    For each category (sorted by name) a generator seeded by (seed, crc32(category)) orders
+    the documents; those with at least prompt_tokens tokens are taken in that order (up
+    to num_prompts of them), and prompt j is a prompt_tokens window at a random offset of
+    the (j mod count)-th one, so a category with few documents still gives num_prompts
+    prompts. A category with no document that long is skipped with a warning.
+
+    Returns:
+      [(category, token ids of length prompt_tokens)], grouped by category.
+    """
+    if num_prompts < 1 or prompt_tokens < 1:
+        raise ValueError(
+            f"num_prompts={num_prompts}, prompt_tokens={prompt_tokens}: both must be >= 1"
+        )
+    by_category: dict[str, list[str]] = {}
+    for text, category in zip(eval_ds["text"], eval_ds["category"], strict=True):
+        by_category.setdefault(category, []).append(text)
+    prompts = []
+    for category in sorted(by_category):
+        texts = by_category[category]
+        rng = np.random.default_rng([seed, zlib.crc32(category.encode())])
+        docs = []
+        for i in rng.permutation(len(texts)):
+            ids = tokenizer.encode(texts[i])
+            if len(ids) >= prompt_tokens:
+                docs.append(ids)
+                if len(docs) == num_prompts:
+                    break
+        if not docs:
+            log.warning("no %r document has %d tokens; no prompts from it", category, prompt_tokens)
+            continue
+        for j in range(num_prompts):
+            ids = docs[j % len(docs)]
+            start = int(rng.integers(0, len(ids) - prompt_tokens + 1))
+            prompts.append((category, list(ids[start : start + prompt_tokens])))
+    if not prompts:
+        raise ValueError(f"no eval document has prompt_tokens={prompt_tokens} tokens")
+    return prompts
