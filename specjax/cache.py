@@ -45,41 +45,43 @@ class KVCache:
   def batch(self) -> int:
     return self.k.shape[1]
 
-  def write_layer(self, layer: int, k_new, v_new):
-    """Write a block of T new keys/values for one layer at each row's `lengths` offset.
+  def write_layer(self, layer: int, k_new, v_new, offset=None):
+    """Write a block of T new keys/values for one layer at each row's offset (default lengths).
 
     Args:
       layer: static layer index.
       k_new, v_new: [B, T, K, H].
+      offset: [B] int32 first slot of the block; None = lengths (the usual case).
     Returns:
       (cache with the block written, k_layer [B, S, K, H], v_layer [B, S, K, H]).
     """
+    offset = self.lengths if offset is None else offset
     write = jax.vmap(lambda buf, x, start: jax.lax.dynamic_update_slice(buf, x, (start, 0, 0)))
-    k_layer = write(self.k[layer], k_new.astype(self.k.dtype), self.lengths)  # [B, S, K, H]
-    v_layer = write(self.v[layer], v_new.astype(self.v.dtype), self.lengths)  # [B, S, K, H]
-    return self.replace(k=self.k.at[layer].set(k_layer), v=self.v.at[layer].set(v_layer)), k_layer, v_layer
+    k_layer = write(self.k[layer], k_new.astype(self.k.dtype), offset)  # [B, S, K, H]
+    v_layer = write(self.v[layer], v_new.astype(self.v.dtype), offset)  # [B, S, K, H]
+    cache = self.replace(k=self.k.at[layer].set(k_layer), v=self.v.at[layer].set(v_layer))
+    return cache, k_layer, v_layer
 
-  def attention_mask(self, block_mask, num_new: int):
+  def attention_mask(self, block_mask):
     """Which cache slots each new query may see.
 
     Args:
-      block_mask: [B, T, T] bool: block_mask[b, t, j] = query t sees block entry j (itself or an
-        ancestor; causal for a plain chain).
-      num_new: T, the block length (static).
+      block_mask: [B, T, W] bool over the W slots after lengths[b] (the current block region):
+        block_mask[b, t, j] = query t sees slot lengths[b] + j (itself or an ancestor; causal
+        for a plain chain, where W = T).
     Returns:
-      [B, T, S] bool: slot s visible iff s < lengths[b] or (s - lengths[b]) is a visible block entry.
+      [B, T, S] bool: slot s visible iff s < lengths[b] or (s - lengths[b]) is visible in the block.
     """
+    B, T, W = block_mask.shape
     S = self.max_len
     slots = jnp.arange(S, dtype=jnp.int32)  # [S]
     rel = slots[None, :] - self.lengths[:, None]  # [B, S]
-    in_block = (rel >= 0) & (rel < num_new)  # [B, S]
-    idx = jnp.where(in_block, rel, num_new)  # [B, S]; num_new points at a padded False column
-    padded = jnp.pad(block_mask, ((0, 0), (0, 0), (0, 1)))  # [B, T, T+1]
+    idx = jnp.where((rel >= 0) & (rel < W), rel, W)  # [B, S]; W points at a padded False column
+    padded = jnp.pad(block_mask, ((0, 0), (0, 0), (0, 1)))  # [B, T, W+1]
     from_block = jnp.take_along_axis(
-      padded, jnp.broadcast_to(idx[:, None, :], (self.batch, num_new, S)), axis=2
+      padded, jnp.broadcast_to(idx[:, None, :], (B, T, S)), axis=2
     )  # [B, T, S]
-    committed = rel < 0  # [B, S]
-    return committed[:, None, :] | from_block  # [B, T, S]
+    return (rel < 0)[:, None, :] | from_block  # [B, T, S]
 
   def advance(self, num_tokens):
     """Commit `num_tokens[b]` block entries that already sit contiguously after lengths[b]."""

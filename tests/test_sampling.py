@@ -72,7 +72,11 @@ def assert_matches_hf(logits: np.ndarray, params: SamplingParams, ties: bool = F
         ours, ref = np.sort(ours, axis=-1), np.sort(ref, axis=-1)
     else:
         np.testing.assert_array_equal(kept, ref_kept)
-    np.testing.assert_allclose(ours, ref, atol=1e-6, rtol=0)
+    # XLA rewrites x / T as x * (1 / T), which can differ from torch's true division by one
+    # float32 ulp of x / T; the probabilities then differ by about that ulp, so the 1e-6
+    # tolerance grows with the largest scaled logit beyond 32.
+    atol = 1e-6 * max(1.0, float(np.abs(logits).max()) / max(params.temperature, 1e-9) / 32)
+    np.testing.assert_allclose(ours, ref, atol=atol, rtol=0)
 
 
 def random_logits(seed: int, scale: float = 3.0, ties: bool = False) -> np.ndarray:
@@ -103,7 +107,7 @@ def test_matches_transformers_edge_cases(params, ties):
         assert_matches_hf(random_logits(seed, ties=ties), params, ties=ties)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
 @given(
     seed=st.integers(0, 2**16),
     scale=st.sampled_from([0.1, 1.0, 3.0, 10.0]),
@@ -130,6 +134,9 @@ def test_logprobs_and_probs_agree_and_mask():
     assert np.all(np.isneginf(np.asarray(lp)[masked]))
     assert np.all(np.isfinite(np.asarray(lp)[~masked]))
     np.testing.assert_allclose(np.exp(lp), probs, atol=1e-6)
+    jitted = np.asarray(_probs(logits, params))  # all four filters under jit
+    np.testing.assert_array_equal(jitted == 0.0, masked)
+    np.testing.assert_allclose(jitted, probs, atol=1e-6)
 
 
 def test_low_precision_input_is_processed_in_float32():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -100,8 +100,7 @@ def _model(static: Static, params):
   return nnx.merge(static.graphdef, params[0])
 
 
-def prefill(static: Static, params, prompt, prompt_len, max_new, stop_ids, keys,
-            proposer_init: Callable | None = None) -> DecodeState:
+def prefill(static: Static, params, prompt, prompt_len, max_new, stop_ids, keys) -> DecodeState:
   """Run the prompts through the target and emit each row's first token.
 
   Args:
@@ -125,8 +124,9 @@ def prefill(static: Static, params, prompt, prompt_len, max_new, stop_ids, keys,
     steps=jnp.zeros((B,), jnp.int32), drafted=jnp.zeros((B,), jnp.int32),
     accepted=jnp.zeros((B,), jnp.int32), accept_hist=jnp.zeros((B, M), jnp.int32),
   )
-  if proposer_init is not None:
-    state = state.replace(proposer=proposer_init(state, prompt, prompt_len, out))
+  if static.spec is not None:
+    state = state.replace(
+      proposer=static.spec.init(static, params, state, prompt, prompt_len, out))
   return emit(state, first[:, None], jnp.ones((B,), jnp.int32))
 
 
@@ -152,15 +152,10 @@ def _step_fn(static: Static):
   return static.spec.step
 
 
-def _proposer_init(static: Static):
-  return None if static.spec is None else static.spec.init
-
-
 @functools.partial(jax.jit, static_argnums=0)
 def _generate_jit(static: Static, params, prompt, prompt_len, max_new, stop_ids, keys):
   _TRACES["generate"] += 1
-  state = prefill(static, params, prompt, prompt_len, max_new, stop_ids, keys,
-                  _proposer_init(static))
+  state = prefill(static, params, prompt, prompt_len, max_new, stop_ids, keys)
   step = _step_fn(static)
   state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), lambda s: step(static, params, s), state)
   return state
@@ -168,8 +163,7 @@ def _generate_jit(static: Static, params, prompt, prompt_len, max_new, stop_ids,
 
 @functools.partial(jax.jit, static_argnums=0)
 def _prefill_jit(static: Static, params, prompt, prompt_len, max_new, stop_ids, keys):
-  return prefill(static, params, prompt, prompt_len, max_new, stop_ids, keys,
-                 _proposer_init(static))
+  return prefill(static, params, prompt, prompt_len, max_new, stop_ids, keys)
 
 
 @functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
@@ -231,6 +225,10 @@ def _prepare(model: Model, prompts, max_new_tokens, sampling, stop_token_ids, se
   headroom = 0 if spec is None else spec.max_emit
   longest = max(len(r) for r in rows)
   pr.check_positions(longest, max_new_tokens, config.max_position_embeddings)
+  if spec is not None:
+    from specjax.decoding.speculative import check_draft_positions
+
+    check_draft_positions(spec, longest, max_new_tokens)
   stops = pr.resolve_stop_ids(stop_token_ids, model, MAX_STOP_IDS)
   B, Tp, O = _bucket(len(rows), 1), _bucket(longest, 16), _bucket(max_new_tokens, 16)
   prompt = np.zeros((B, Tp), np.int32)
@@ -278,22 +276,25 @@ def generate(model, prompts, max_new_tokens: int, sampling: sp.SamplingParams | 
   Returns:
     GenerateOutput(tokens, texts, stats).
   """
+  model, rows, static, params, args = _setup(model, prompts, max_new_tokens, sampling,
+                                              stop_token_ids, speculative_config, seeds)
+  state = _generate_jit(static, params, *args)
+  return _finish(model, state, len(rows), static.spec)
+
+
+def _setup(model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds):
+  """Validate everything on the host, then split the model: (model, rows, static, params, args)."""
   model = as_model(model)
-  spec = None
+  spec, spec_params = None, ()
   if speculative_config is not None:
     from specjax.decoding.speculative import build_plan
 
-    spec = build_plan(speculative_config, model, sampling)
+    spec, spec_params = build_plan(speculative_config, model, sampling)
   rows, static, args = _prepare(model, prompts, max_new_tokens, sampling, stop_token_ids, seeds,
                                 spec)
   graphdef, params = nnx.split(model.module)
   static = dataclasses.replace(static, graphdef=graphdef)
-  state = _generate_jit(static, _with_proposer_params(params, spec), *args)
-  return _finish(model, state, len(rows), spec)
-
-
-def _with_proposer_params(params, spec):
-  return (params, () if spec is None else spec.params)
+  return model, rows, static, (params, spec_params), args
 
 
 def generate_stream(model, prompts, max_new_tokens: int, sampling=None, stop_token_ids=None,
@@ -302,17 +303,8 @@ def generate_stream(model, prompts, max_new_tokens: int, sampling=None, stop_tok
 
   The decode state (caches included) is donated to every step call.
   """
-  model = as_model(model)
-  spec = None
-  if speculative_config is not None:
-    from specjax.decoding.speculative import build_plan
-
-    spec = build_plan(speculative_config, model, sampling)
-  rows, static, args = _prepare(model, prompts, max_new_tokens, sampling, stop_token_ids, seeds,
-                                spec)
-  graphdef, params = nnx.split(model.module)
-  static = dataclasses.replace(static, graphdef=graphdef)
-  params = _with_proposer_params(params, spec)
+  model, rows, static, params, args = _setup(model, prompts, max_new_tokens, sampling,
+                                              stop_token_ids, speculative_config, seeds)
   state = _prefill_jit(static, params, *args)
   seen = np.zeros(len(rows), np.int64)
   while True:

@@ -36,14 +36,19 @@ renormalisation is where-guarded, and a residual that sums to 0 (p == q in float
 a probability-0 rejection in exact arithmetic) leaves the running distribution unchanged.
 Coins are u ~ U[0, 1) with acceptance iff u < a, so a = 0 never accepts and a = 1 always does.
 Sampling uses jax.random.categorical on log r (a Gumbel race; zeros become -inf, never drawn).
-Duplicate siblings: only the first is ever entered (later ones get r(x) = 0 or fail argmax);
-proposers should merge common prefixes rather than repeat them.
+Duplicate siblings. In greedy / one_hot / strict mode a copy of a rejected sibling is never
+accepted (it fails the argmax again, or r(x) = 0), and of two copies of the argmax only the
+first is entered: proposers should merge common prefixes (a trie) rather than repeat them.
+In probabilistic mode i.i.d. siblings may repeat and a later copy may be accepted, as the
+SpecInfer rule requires.
 
 Axis letters follow specjax/models/axes.py: B batch, P draft nodes (P+1 with the root),
 V vocab, M = Dmax+1.
 """
 
 from __future__ import annotations
+
+import functools
 
 import flax.struct
 import jax
@@ -260,9 +265,7 @@ def _emit(c, bonus, x, tree: Tree) -> VerifyResult:
     i = jnp.arange(path.shape[1])[None]  # [1, M]
     n = num_accepted[:, None]  # [B, 1]
     tokens = jnp.where(i < n, drafted, jnp.where(i == n, bonus[:, None], 0))  # [B, M]
-    return VerifyResult(
-        tokens=tokens.astype(jnp.int32), num_accepted=num_accepted, path=path
-    )
+    return VerifyResult(tokens=tokens.astype(jnp.int32), num_accepted=num_accepted, path=path)
 
 
 # ------------------------------------------------------------------------------ typical
@@ -375,16 +378,14 @@ def verify(
         jnp.ones(x.shape, bool) if node_valid is None else jnp.asarray(node_valid, bool)
     )  # [B, N]
     if mode == "typical":
-        crit = p if target_logits is None else jax.nn.softmax(
-            jnp.asarray(target_logits).astype(jnp.float32), axis=-1
-        )  # [B, N, V]
+        crit = p  # [B, N, V] the law whose entropy and probabilities are judged
+        if target_logits is not None:
+            crit = jax.nn.softmax(jnp.asarray(target_logits).astype(jnp.float32), -1)  # [B, N, V]
         return _verify_typical(p, crit, x, valid, key, tree, typical_eps, typical_delta)
     q = None
     if mode == "probabilistic":
         q = jnp.asarray(draft_probs).astype(jnp.float32)  # [B, N, V]
     keys = None if mode == "greedy" else _node_keys(key, tree.num_nodes)  # [B, N]
-    walk = lambda p_b, x_b, q_b, v_b, k_b: _walk_row(
-        p_b, x_b, q_b, v_b, k_b, tree.parents, mode
-    )
+    walk = functools.partial(_walk_row, parents=tree.parents, mode=mode)
     c, bonus = jax.vmap(walk)(p, x, q, valid, keys)  # [B], [B]
     return _emit(c, bonus, x, tree)

@@ -186,7 +186,9 @@ class Tokenizer:
         """Text -> ids. Special tokens (bos, template) are added only when asked."""
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
-    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[int]]:
+    def encode_batch(
+        self, texts: Sequence[str], add_special_tokens: bool = False
+    ) -> list[list[int]]:
         """Like `encode` over many texts, in parallel on the Rust side."""
         encodings = self.backend.encode_batch(list(texts), add_special_tokens=add_special_tokens)
         return [e.ids for e in encodings]
@@ -204,7 +206,8 @@ class Tokenizer:
     def vocab_strings(self) -> VocabStrings:
         """Every id's token string and the special-token set (see `VocabStrings`)."""
         vocab = self.backend.get_vocab(with_added_tokens=True)  # {token: id}
-        tokens: list[str | None] = [None] * max(self.vocab_size, max(vocab.values(), default=-1) + 1)
+        size = max(self.vocab_size, max(vocab.values(), default=-1) + 1)
+        tokens: list[str | None] = [None] * size
         for token, i in vocab.items():
             tokens[i] = token
         return VocabStrings(tokens, frozenset(self._special_tokens()))

@@ -128,13 +128,13 @@ class Attention(nnx.Module):
       q, k = self.q_norm(q), self.k_norm(k)
     return q, k, v
 
-  def __call__(self, x, rope, cache: KVCache, layer: int, mask):
-    """x: [B, T, D]; rope: (cos, sin) [B, T, H/2] or None; mask: [B, T, S]."""
+  def __call__(self, x, rope, cache: KVCache, layer: int, mask, offset):
+    """x: [B, T, D]; rope: (cos, sin) [B, T, H/2] or None; mask: [B, T, S]; offset: [B]."""
     B, T, _ = x.shape
     q, k, v = self.qkv(x)
     if rope is not None:
       q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-    cache, k_all, v_all = cache.write_layer(layer, k, v)  # [B, S, K, H] each
+    cache, k_all, v_all = cache.write_layer(layer, k, v, offset)  # [B, S, K, H] each
     out = attend(q, k_all, v_all, mask, 1.0 / math.sqrt(self.config.head_dim))  # [B, T, N, H]
     out = out.reshape(B, T, -1)  # [B, T, N*H]
     return (self.o_proj(out) if self.config.is_llama else self.c_proj(out)), cache
@@ -176,13 +176,13 @@ class Block(nnx.Module):
     self.mlp = MLP(config, rngs)
     self.is_llama = config.is_llama
 
-  def __call__(self, x, rope, cache, layer, mask):
+  def __call__(self, x, rope, cache, layer, mask, offset):
     if self.is_llama:
       norm1, attn, norm2 = self.input_layernorm, self.self_attn, self.post_attention_layernorm
     else:
       norm1, attn, norm2 = self.ln_1, self.attn, self.ln_2
     with jax.named_scope("attention"):
-      a, cache = attn(norm1(x), rope, cache, layer, mask)
+      a, cache = attn(norm1(x), rope, cache, layer, mask, offset)
     x = x + a  # [B, T, D]
     with jax.named_scope("mlp"):
       x = x + self.mlp(norm2(x))  # [B, T, D]
@@ -245,32 +245,36 @@ class Decoder(nnx.Module):
     angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, H/2]
     return jnp.cos(angles), jnp.sin(angles)
 
-  def attention_mask(self, cache: KVCache, positions, block_mask):
-    """[B, T, S] bool: committed slots, visible block entries, and the sliding window."""
+  def attention_mask(self, cache: KVCache, positions, block_mask, offset):
+    """[B, T, S] bool: committed slots, visible block slots, and the sliding window."""
     B, T = positions.shape
     if block_mask is None:
       block_mask = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool)), (B, T, T))
     elif block_mask.ndim == 2:
-      block_mask = jnp.broadcast_to(block_mask, (B, T, T))
-    mask = cache.attention_mask(block_mask, T)  # [B, T, S]
+      block_mask = jnp.broadcast_to(block_mask, (B, *block_mask.shape))
+    mask = cache.attention_mask(block_mask)  # [B, T, S]
     window = self.config.sliding_window
     if window is not None and window < cache.max_len:
+      # Key positions: committed slot s holds position s; a block slot holds its node's position.
       slots = jnp.arange(cache.max_len, dtype=jnp.int32)  # [S]
-      rel = slots[None, :] - cache.lengths[:, None]  # [B, S]
+      rel = slots[None, :] - offset[:, None]  # [B, S]
       in_block = (rel >= 0) & (rel < T)
       block_pos = jnp.take_along_axis(positions, jnp.clip(rel, 0, T - 1), axis=1)  # [B, S]
       key_pos = jnp.where(in_block, block_pos, slots[None, :])  # [B, S]
       mask &= positions[:, :, None] - key_pos[:, None, :] < window  # [B, T, S]
     return mask
 
-  def __call__(self, tokens, positions, cache: KVCache, block_mask=None, *,
+  def __call__(self, tokens, positions, cache: KVCache, block_mask=None, *, offset=None,
                feature_layers: tuple[int, ...] = (), logit_index=None) -> ForwardOutput:
     """Run T new tokens per row through the decoder, writing their K/V at lengths[b]...
 
     Args:
       tokens: [B, T] int32. positions: [B, T] int32 (committed length + depth in the block).
       cache: KVCache; the block is written but not committed (lengths unchanged).
-      block_mask: [B, T, T] or [T, T] bool, query t sees block entry j; None = causal.
+      block_mask: [B, T, W] or [T, W] bool: query t sees slot lengths[b] + j; None = causal
+        (W = T). A tree's nodes see their ancestors through it.
+      offset: [B] int32 slot where the T tokens are written; None = lengths. A drafter that
+        fills a tree level by level writes each level after lengths[b] at its node indices.
       feature_layers: static layer ids whose incoming residual stream to return (EAGLE-3).
       logit_index: optional [B, R] int32 block indices; logits only there ([B, R, V]).
     Returns:
@@ -278,13 +282,14 @@ class Decoder(nnx.Module):
     """
     x = self.embed(tokens, positions)  # [B, T, D]
     rope = self.rope(positions)
-    mask = self.attention_mask(cache, positions, block_mask)  # [B, T, S]
+    offset = cache.lengths if offset is None else offset  # [B]
+    mask = self.attention_mask(cache, positions, block_mask, offset)  # [B, T, S]
     features = []
     for i, block in enumerate(self.blocks):
       if i in feature_layers:
         features.append(x)
       with jax.named_scope(f"layer_{i}"):
-        x, cache = block(x, rope, cache, i, mask)
+        x, cache = block(x, rope, cache, i, mask, offset)
     hidden = x  # [B, T, D]
     if logit_index is not None:
       x = jnp.take_along_axis(x, logit_index[:, :, None], axis=1)  # [B, R, D]

@@ -112,6 +112,7 @@ def load_text_dataset(
     text_field: str = "text",
     category: str | None = None,
     category_field: str = "category",
+    sample_by: str = "document",
     split: str = "train",
     hub_config: str | None = None,
     max_documents: int | None = None,
@@ -122,12 +123,16 @@ def load_text_dataset(
 
     Args:
       source: "embedded"; a `.txt` file or a directory of text files (`.txt`, `.text`,
-        `.md`, `.rst`, searched recursively; one document per file); a `.json`/`.jsonl`
-        file; otherwise a hub dataset name.
+        `.md`, `.rst`, searched recursively; by default one document per file); a
+        `.json`/`.jsonl` file; otherwise a hub dataset name.
       text_field: the column holding the text (json and hub sources).
-      category: the category of every row; default: the `category_field` column where the
-        source has one, else the file stem, directory name or hub name.
+      category: the category of every row (overrides any category column); default: the
+        `category_field` column where the source has one, else the file stem, directory
+        name or hub name.
       category_field: the column read as the category where present (json and hub).
+      sample_by: what one row of a text file is: "document" (the whole file), "paragraph"
+        (blocks separated by blank lines: a single-file corpus such as tinyshakespeare
+        then splits into train and eval) or "line".
       split: the hub split to load.
       hub_config: the hub dataset's configuration name.
       max_documents: keep at most this many documents of each category (in order).
@@ -141,6 +146,8 @@ def load_text_dataset(
     """
     _check_limit("max_documents", max_documents)
     _check_limit("max_chars", max_chars)
+    if sample_by not in ("document", "paragraph", "line"):
+        raise ValueError(f"sample_by={sample_by!r} is not one of 'document', 'paragraph', 'line'")
     if str(source) == "embedded":
         records = _embedded_records()
         if category is not None:
@@ -153,31 +160,35 @@ def load_text_dataset(
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in _TEXT_SUFFIXES)
         if not files:
             raise ValueError(f"no text files ({', '.join(_TEXT_SUFFIXES)}) under {path}")
-        ds = _load_text_files(files, cache_dir)
+        ds = _load_text_files(files, sample_by, cache_dir)
         default_category = path.resolve().name
     elif path.is_file() and path.suffix in _JSON_SUFFIXES:
         ds = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=cache_dir)
         default_category = path.stem
     elif path.is_file():
-        ds = _load_text_files([path], cache_dir)
+        ds = _load_text_files([path], sample_by, cache_dir)
         default_category = path.stem
     elif path.suffix in _TEXT_SUFFIXES + _JSON_SUFFIXES:
         raise FileNotFoundError(f"dataset file not found: {path}")
     else:
         ds = _load_hub(str(source), hub_config, split, cache_dir)
         default_category = str(source)
-    ds = _normalise_columns(ds, text_field, category_field, category or default_category)
+    if category is not None:
+        category_field, default_category = None, category
+    ds = _normalise_columns(ds, text_field, category_field, default_category)
     if max_documents is None and max_chars is None:
         return ds
     records = tuple(zip(ds["text"], ds["category"], strict=True))
     return _from_records(_limit_records(records, max_documents, max_chars))
 
 
-def _load_text_files(files: Sequence[Path], cache_dir: str | None) -> datasets.Dataset:
+def _load_text_files(
+    files: Sequence[Path], sample_by: str, cache_dir: str | None
+) -> datasets.Dataset:
     return datasets.load_dataset(
         "text",
         data_files=[str(f) for f in files],
-        sample_by="document",
+        sample_by=sample_by,
         split="train",
         cache_dir=cache_dir,
     )
@@ -196,7 +207,7 @@ def _load_hub(name: str, config: str | None, split: str, cache_dir: str | None):
 
 
 def _normalise_columns(
-    ds: datasets.Dataset, text_field: str, category_field: str, default_category: str
+    ds: datasets.Dataset, text_field: str, category_field: str | None, default_category: str
 ) -> datasets.Dataset:
     if text_field not in ds.column_names:
         raise ValueError(
@@ -210,6 +221,8 @@ def _normalise_columns(
         ds = ds.rename_column(category_field, "category")
     if "category" not in ds.column_names:
         ds = ds.add_column("category", [default_category] * len(ds))
+    if ds.features["category"] != datasets.Value("string"):  # e.g. integer labels
+        ds = ds.cast_column("category", datasets.Value("string"))
     return ds.filter(lambda batch: [bool(t and t.strip()) for t in batch["text"]], batched=True)
 
 
@@ -239,7 +252,8 @@ def _limit_records(
 
 
 def _from_records(records: Sequence[tuple[str, str]]) -> datasets.Dataset:
-    features = datasets.Features({"text": datasets.Value("string"), "category": datasets.Value("string")})
+    string = datasets.Value("string")
+    features = datasets.Features({"text": string, "category": string})
     return datasets.Dataset.from_dict(
         {"text": [t for t, _ in records], "category": [c for _, c in records]}, features=features
     )
@@ -282,20 +296,23 @@ def split_dataset(
 # ------------------------------------------------------------------- tokenising and packing
 
 
-def tokenize(texts: Iterable[str], tokenizer, chunk_size: int = 256) -> list[list[int]]:
+def tokenize(texts: Iterable[str], tokenizer, chunk_size: int = 256) -> list[np.ndarray]:
     """Encodes documents (no special tokens) with a progress bar on a terminal.
 
     Args:
       texts: the documents (a list or a Dataset column).
       tokenizer: a `specjax.io.tokenizer.Tokenizer` (anything with `encode_batch`).
       chunk_size: documents per `encode_batch` call.
+
+    Returns:
+      One int32 array of ids per document (arrays, not lists: a large corpus fits in memory).
     """
     texts = list(texts)
-    out: list[list[int]] = []
+    out: list[np.ndarray] = []
     with tqdm(total=len(texts), desc="tokenize", unit="doc", disable=None) as bar:
         for start in range(0, len(texts), chunk_size):
             chunk = texts[start : start + chunk_size]
-            out += tokenizer.encode_batch(chunk)
+            out += [np.asarray(ids, np.int32) for ids in tokenizer.encode_batch(chunk)]
             bar.update(len(chunk))
     return out
 
@@ -327,13 +344,14 @@ def pack(
     stream = np.concatenate(parts) if parts else np.zeros((0,), np.int64)  # [N]
     if stream.size and (stream.min() < 0 or stream.max() > np.iinfo(np.int32).max):
         raise ValueError("token ids must lie in [0, 2**31 - 1]")
+    stream = stream.astype(np.int32)
     num_seqs = (stream.size - 1) // seq_len
     if num_seqs < 1:
         raise ValueError(
             f"{stream.size} tokens cannot fill one row of seq_len + 1 = {seq_len + 1} tokens"
         )
     starts = np.arange(num_seqs)[:, None] * seq_len  # [num_seqs, 1]
-    return stream[starts + np.arange(seq_len + 1)].astype(np.int32)  # [num_seqs, T + 1]
+    return stream[starts + np.arange(seq_len + 1)]  # [num_seqs, T + 1]
 
 
 # ------------------------------------------------------------------- batches

@@ -1,0 +1,130 @@
+"""Tree topologies: buffers against hand-computed arrays, builders, validation."""
+
+import numpy as np
+import pytest
+
+from specjax.decoding import trees
+
+
+def _eq(a, b):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_chain3_buffers():
+    t = trees.chain(3)
+    assert t.parents == (-1, 0, 1, 2)
+    assert (t.num_nodes, t.num_drafts, t.max_depth) == (4, 3, 3)
+    _eq(t.depth, [0, 1, 2, 3])
+    _eq(t.rank, [0, 0, 0, 0])
+    _eq(t.ancestor_mask, np.tril(np.ones((4, 4), bool)))
+    _eq(t.paths, [[0, 1, 2, 3]])
+    _eq(t.node_paths, [[0, -1, -1, -1], [0, 1, -1, -1], [0, 1, 2, -1], [0, 1, 2, 3]])
+    assert t.children == ((1,), (2,), (3,), ())
+    assert t.leaves == (3,)
+    assert t.choices == [(0,), (0, 0), (0, 0, 0)]
+    assert t.depth.dtype == np.int32 and t.paths.dtype == np.int32
+
+
+def test_chain0_is_root_alone():
+    t = trees.chain(0)
+    assert (t.num_nodes, t.num_drafts, t.max_depth) == (1, 0, 0)
+    _eq(t.paths, [[0]])
+    _eq(t.ancestor_mask, [[True]])
+
+
+def test_hand_written_choices_tree():
+    # Given out of order on purpose: nodes are numbered by (len, tuple), like Medusa.
+    t = trees.from_choices([(1, 0), (0,), (0, 1), [1], (0, 0)])
+    # node:     0     1     2     3       4       5
+    # choice:  ()   (0,)  (1,)  (0, 0)  (0, 1)  (1, 0)
+    assert t.parents == (-1, 0, 0, 1, 1, 2)
+    _eq(t.depth, [0, 1, 1, 2, 2, 2])
+    _eq(t.rank, [0, 0, 1, 0, 1, 0])
+    assert t.max_depth == 2
+    expected_mask = np.array(
+        [
+            [1, 0, 0, 0, 0, 0],
+            [1, 1, 0, 0, 0, 0],
+            [1, 0, 1, 0, 0, 0],
+            [1, 1, 0, 1, 0, 0],
+            [1, 1, 0, 0, 1, 0],
+            [1, 0, 1, 0, 0, 1],
+        ],
+        bool,
+    )
+    _eq(t.ancestor_mask, expected_mask)
+    _eq(t.paths, [[0, 1, 3], [0, 1, 4], [0, 2, 5]])
+    assert t.children == ((1, 2), (3, 4), (5,), (), (), ())
+    assert t.leaves == (3, 4, 5)
+    assert t.choices == [(0,), (1,), (0, 0), (0, 1), (1, 0)]
+    assert trees.from_choices(t.choices) == t
+
+
+def test_topk_tree_2_2():
+    t = trees.topk_tree(2, 2)
+    assert t.parents == (-1, 0, 0, 1, 1, 2, 2)
+    _eq(t.depth, [0, 1, 1, 2, 2, 2, 2])
+    _eq(t.rank, [0, 0, 1, 0, 1, 0, 1])
+    _eq(t.paths, [[0, 1, 3], [0, 1, 4], [0, 2, 5], [0, 2, 6]])
+    assert t == trees.from_choices([(0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1)])
+    assert t == trees.get_tree("topk_2x2")
+
+
+def test_tree_is_hashable_static_and_buffers_read_only():
+    a, b = trees.from_choices([(0,), (0, 0)]), trees.chain(2)
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    with pytest.raises(ValueError):
+        a.depth[0] = 3  # cached buffers are shared: they must not be writable
+
+
+def test_named_trees():
+    t = trees.get_tree("mc_sim_7b_63")
+    assert (t.num_drafts, t.max_depth) == (63, 4)
+    assert len(set(trees.MEDUSA_MC_SIM_7B_63)) == 63
+    assert trees.from_choices(t.choices) == t  # Medusa's list is already in a valid form
+    assert trees.get_tree("chain_5") == trees.chain(5)
+    assert trees.get_tree([(0,), (1,)]).parents == (-1, 0, 0)
+    assert trees.get_tree(t) is t
+    assert trees.get_tree("small_2x3").parents == (-1, 0, 0, 0, 1, 1)
+
+
+@pytest.mark.parametrize(
+    "choices, match",
+    [
+        ([(0,), (0, 0), (0, 0)], r"\(0, 0\) appears more than once"),
+        ([(0,), (0, 1, 0), (0, 0), (0, 1)], None),  # valid control
+        ([(0,), (1, 0)], r"choice \(1, 0\): its prefix \(1,\) is missing"),
+        ([(0,), (1,), (1, 0), (0, 0, 0)], r"choice \(0, 0, 0\): its prefix \(0, 0\)"),
+        ([(0,), (2,)], r"choice \(2,\): sibling ranks must be contiguous.*\(1,\) is missing"),
+        ([(1,)], r"choice \(1,\).*\(0,\) is missing"),
+        ([()], r"non-empty"),
+        ([(0, -1)], r"ranks >= 0"),
+        ([(0.5,)], r"sequence of ints"),
+    ],
+)
+def test_from_choices_validation(choices, match):
+    if match is None:
+        trees.from_choices(choices)
+        return
+    with pytest.raises(ValueError, match=match):
+        trees.from_choices(choices)
+
+
+def test_builder_validation():
+    with pytest.raises(ValueError, match="depth=0"):
+        trees.topk_tree(0, 2)
+    with pytest.raises(ValueError, match="width=0"):
+        trees.topk_tree(2, 0)
+    with pytest.raises(ValueError, match="MAX_TREE_NODES=512"):
+        trees.topk_tree(9, 2)  # 1023 nodes
+    assert trees.topk_tree(8, 2).num_nodes == 511
+    with pytest.raises(ValueError, match="MAX_TREE_NODES"):
+        trees.chain(trees.MAX_TREE_NODES)
+    with pytest.raises(ValueError, match="n=-1"):
+        trees.chain(-1)
+    with pytest.raises(ValueError, match=r"parents\[0\] must be -1"):
+        trees.Tree((0, 0))
+    with pytest.raises(ValueError, match=r"parents\[2\]=2 must be in \[0, 1\]"):
+        trees.Tree((-1, 0, 2))
+    with pytest.raises(ValueError, match="unknown"):
+        trees.get_tree("mc_sim_7b_64")
