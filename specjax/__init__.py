@@ -18,6 +18,14 @@ from specjax.sampling import SamplingParams
 __version__ = "0.1.0"
 
 __all__ = [
-  "Decoder", "GenerateOutput", "KVCache", "Model", "ModelConfig", "SamplingParams",
-  "generate", "generate_stream", "load_model", "save_hf",
+    "Decoder",
+    "GenerateOutput",
+    "KVCache",
+    "Model",
+    "ModelConfig",
+    "SamplingParams",
+    "generate",
+    "generate_stream",
+    "load_model",
+    "save_hf",
 ]

@@ -20,105 +20,113 @@ from flax import struct
 
 @struct.dataclass
 class KVCache:
-  """k, v: [L, B, S, K, H]; lengths: [B] int32 committed tokens per row; max_len = S (static)."""
+    """k, v: [L, B, S, K, H]; lengths: [B] int32 committed tokens per row; max_len = S (static)."""
 
-  k: jax.Array  # [L, B, S, K, H]
-  v: jax.Array  # [L, B, S, K, H]
-  lengths: jax.Array  # [B] int32
-  max_len: int = struct.field(pytree_node=False, default=0)
+    k: jax.Array  # [L, B, S, K, H]
+    v: jax.Array  # [L, B, S, K, H]
+    lengths: jax.Array  # [B] int32
+    max_len: int = struct.field(pytree_node=False, default=0)
 
-  @classmethod
-  def init(cls, num_layers, batch, max_len, num_kv_heads, head_dim, dtype=jnp.float32):
-    """Zero-initialised buffers (stale slots must never hold garbage that leaks)."""
-    shape = (num_layers, batch, max_len, num_kv_heads, head_dim)
-    return cls(
-      k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype),
-      lengths=jnp.zeros((batch,), jnp.int32), max_len=max_len,
-    )
+    @classmethod
+    def init(cls, num_layers, batch, max_len, num_kv_heads, head_dim, dtype=jnp.float32):
+        """Zero-initialised buffers (stale slots must never hold garbage that leaks)."""
+        shape = (num_layers, batch, max_len, num_kv_heads, head_dim)
+        return cls(
+            k=jnp.zeros(shape, dtype),
+            v=jnp.zeros(shape, dtype),
+            lengths=jnp.zeros((batch,), jnp.int32),
+            max_len=max_len,
+        )
 
-  @classmethod
-  def for_model(cls, config, batch, max_len):
-    return cls.init(config.num_layers, batch, max_len, config.num_kv_heads, config.head_dim,
-                    jnp.dtype(config.dtype))
+    @classmethod
+    def for_model(cls, config, batch, max_len):
+        return cls.init(
+            config.num_layers,
+            batch,
+            max_len,
+            config.num_kv_heads,
+            config.head_dim,
+            jnp.dtype(config.dtype),
+        )
 
-  @property
-  def batch(self) -> int:
-    return self.k.shape[1]
+    @property
+    def batch(self) -> int:
+        return self.k.shape[1]
 
-  def write_layer(self, layer: int, k_new, v_new, offset=None):
-    """Write a block of T new keys/values for one layer at each row's offset (default lengths).
+    def write_layer(self, layer: int, k_new, v_new, offset=None):
+        """Write a block of T new keys/values for one layer at each row's offset (default lengths).
 
-    Args:
-      layer: static layer index.
-      k_new, v_new: [B, T, K, H].
-      offset: [B] int32 first slot of the block; None = lengths (the usual case).
-    Returns:
-      (cache with the block written, k_layer [B, S, K, H], v_layer [B, S, K, H]).
-    """
-    offset = self.lengths if offset is None else offset
-    write = jax.vmap(lambda buf, x, start: jax.lax.dynamic_update_slice(buf, x, (start, 0, 0)))
-    k_layer = write(self.k[layer], k_new.astype(self.k.dtype), offset)  # [B, S, K, H]
-    v_layer = write(self.v[layer], v_new.astype(self.v.dtype), offset)  # [B, S, K, H]
-    cache = self.replace(k=self.k.at[layer].set(k_layer), v=self.v.at[layer].set(v_layer))
-    return cache, k_layer, v_layer
+        Args:
+          layer: static layer index.
+          k_new, v_new: [B, T, K, H].
+          offset: [B] int32 first slot of the block; None = lengths (the usual case).
+        Returns:
+          (cache with the block written, k_layer [B, S, K, H], v_layer [B, S, K, H]).
+        """
+        offset = self.lengths if offset is None else offset
+        write = jax.vmap(lambda buf, x, start: jax.lax.dynamic_update_slice(buf, x, (start, 0, 0)))
+        k_layer = write(self.k[layer], k_new.astype(self.k.dtype), offset)  # [B, S, K, H]
+        v_layer = write(self.v[layer], v_new.astype(self.v.dtype), offset)  # [B, S, K, H]
+        cache = self.replace(k=self.k.at[layer].set(k_layer), v=self.v.at[layer].set(v_layer))
+        return cache, k_layer, v_layer
 
-  def attention_mask(self, block_mask):
-    """Which cache slots each new query may see.
+    def attention_mask(self, block_mask):
+        """Which cache slots each new query may see.
 
-    Args:
-      block_mask: [B, T, W] bool over the W slots after lengths[b] (the current block region):
-        block_mask[b, t, j] = query t sees slot lengths[b] + j (itself or an ancestor; causal
-        for a plain chain, where W = T).
-    Returns:
-      [B, T, S] bool: slot s visible iff s < lengths[b] or (s - lengths[b]) is visible in the block.
-    """
-    B, T, W = block_mask.shape
-    S = self.max_len
-    slots = jnp.arange(S, dtype=jnp.int32)  # [S]
-    rel = slots[None, :] - self.lengths[:, None]  # [B, S]
-    idx = jnp.where((rel >= 0) & (rel < W), rel, W)  # [B, S]; W points at a padded False column
-    padded = jnp.pad(block_mask, ((0, 0), (0, 0), (0, 1)))  # [B, T, W+1]
-    from_block = jnp.take_along_axis(
-      padded, jnp.broadcast_to(idx[:, None, :], (B, T, S)), axis=2
-    )  # [B, T, S]
-    return (rel < 0)[:, None, :] | from_block  # [B, T, S]
+        Args:
+          block_mask: [B, T, W] bool over the W slots after lengths[b] (the current block region):
+            block_mask[b, t, j] = query t sees slot lengths[b] + j (itself or an ancestor; causal
+            for a plain chain, where W = T).
+        Returns:
+          [B, T, S] bool: slot s visible iff s < lengths[b] or (s - lengths[b]) is visible in the block.
+        """
+        B, T, W = block_mask.shape
+        S = self.max_len
+        slots = jnp.arange(S, dtype=jnp.int32)  # [S]
+        rel = slots[None, :] - self.lengths[:, None]  # [B, S]
+        idx = jnp.where((rel >= 0) & (rel < W), rel, W)  # [B, S]; W points at a padded False column
+        padded = jnp.pad(block_mask, ((0, 0), (0, 0), (0, 1)))  # [B, T, W+1]
+        from_block = jnp.take_along_axis(
+            padded, jnp.broadcast_to(idx[:, None, :], (B, T, S)), axis=2
+        )  # [B, T, S]
+        return (rel < 0)[:, None, :] | from_block  # [B, T, S]
 
-  def advance(self, num_tokens):
-    """Commit `num_tokens[b]` block entries that already sit contiguously after lengths[b]."""
-    return self.replace(lengths=self.lengths + num_tokens.astype(jnp.int32))
+    def advance(self, num_tokens):
+        """Commit `num_tokens[b]` block entries that already sit contiguously after lengths[b]."""
+        return self.replace(lengths=self.lengths + num_tokens.astype(jnp.int32))
 
-  def rollback(self, new_lengths):
-    """Forget everything at or after new_lengths[b] (slots are masked, no data moves)."""
-    return self.replace(lengths=jnp.minimum(self.lengths, new_lengths.astype(jnp.int32)))
+    def rollback(self, new_lengths):
+        """Forget everything at or after new_lengths[b] (slots are masked, no data moves)."""
+        return self.replace(lengths=jnp.minimum(self.lengths, new_lengths.astype(jnp.int32)))
 
-  def commit_path(self, path, num_tokens):
-    """Gather a tree path's K/V into contiguous slots and commit it.
+    def commit_path(self, path, num_tokens):
+        """Gather a tree path's K/V into contiguous slots and commit it.
 
-    Args:
-      path: [B, M] int32 block indices (relative to lengths[b]) of the accepted nodes in order;
-        entries at or after num_tokens[b] are ignored.
-      num_tokens: [B] int32, number of path entries to commit.
-    """
-    M = path.shape[1]
-    src = self.lengths[:, None] + jnp.maximum(path, 0)  # [B, M] absolute source slots
-    dst = self.lengths[:, None] + jnp.arange(M, dtype=jnp.int32)[None, :]  # [B, M]
-    keep = jnp.arange(M)[None, :] < num_tokens[:, None]  # [B, M]
-    # Entries beyond num_tokens write back what is already at dst, so they change nothing.
-    src = jnp.where(keep, src, dst)  # [B, M]
-    rows = jnp.arange(self.batch)[:, None]  # [B, 1]
+        Args:
+          path: [B, M] int32 block indices (relative to lengths[b]) of the accepted nodes in order;
+            entries at or after num_tokens[b] are ignored.
+          num_tokens: [B] int32, number of path entries to commit.
+        """
+        M = path.shape[1]
+        src = self.lengths[:, None] + jnp.maximum(path, 0)  # [B, M] absolute source slots
+        dst = self.lengths[:, None] + jnp.arange(M, dtype=jnp.int32)[None, :]  # [B, M]
+        keep = jnp.arange(M)[None, :] < num_tokens[:, None]  # [B, M]
+        # Entries beyond num_tokens write back what is already at dst, so they change nothing.
+        src = jnp.where(keep, src, dst)  # [B, M]
+        rows = jnp.arange(self.batch)[:, None]  # [B, 1]
 
-    def move(buf):  # [L, B, S, K, H]
-      gathered = buf[:, rows, jnp.clip(src, 0, self.max_len - 1)]  # [L, B, M, K, H]
-      return buf.at[:, rows, jnp.clip(dst, 0, self.max_len - 1)].set(gathered)
+        def move(buf):  # [L, B, S, K, H]
+            gathered = buf[:, rows, jnp.clip(src, 0, self.max_len - 1)]  # [L, B, M, K, H]
+            return buf.at[:, rows, jnp.clip(dst, 0, self.max_len - 1)].set(gathered)
 
-    return self.replace(k=move(self.k), v=move(self.v), lengths=self.lengths + num_tokens)
+        return self.replace(k=move(self.k), v=move(self.v), lengths=self.lengths + num_tokens)
 
 
 def check_room(lengths, num_new: int, max_len: int, what: str = "cache") -> None:
-  """Host-side bound check: writing num_new tokens after each row's length must fit."""
-  worst = int(np.max(np.asarray(lengths))) + int(num_new)
-  if worst > max_len:
-    raise ValueError(
-      f"{what}: writing {num_new} tokens after length {worst - num_new} needs {worst} slots, "
-      f"but max_len={max_len}"
-    )
+    """Host-side bound check: writing num_new tokens after each row's length must fit."""
+    worst = int(np.max(np.asarray(lengths))) + int(num_new)
+    if worst > max_len:
+        raise ValueError(
+            f"{what}: writing {num_new} tokens after length {worst - num_new} needs {worst} slots, "
+            f"but max_len={max_len}"
+        )

@@ -31,287 +31,333 @@ _TRACES: dict[str, int] = {"generate": 0}
 
 
 def trace_count(kind: str = "generate") -> int:
-  """How many times the engine's jitted programs were traced (compile-count tests)."""
-  return _TRACES.get(kind, 0)
+    """How many times the engine's jitted programs were traced (compile-count tests)."""
+    return _TRACES.get(kind, 0)
 
 
 @struct.dataclass
 class DecodeState:
-  """Everything the while_loop carries. O = output buffer length; M = max tokens per step."""
+    """Everything the while_loop carries. O = output buffer length; M = max tokens per step."""
 
-  cache: KVCache  # the target's cache
-  proposer: Any  # the proposer's own state (draft cache, ...); () for autoregressive
-  last: jax.Array  # [B] int32 pending token: emitted, not yet in the target's cache
-  out: jax.Array  # [B, O] int32 emitted tokens
-  num_out: jax.Array  # [B] int32
-  done: jax.Array  # [B] bool
-  max_new: jax.Array  # [B] int32 per-row budget
-  stop_ids: jax.Array  # [MAX_STOP_IDS] int32, -1 = unused
-  keys: jax.Array  # [B] PRNG keys, one stream per row
-  step: jax.Array  # [] int32 loop iteration (keys fold it in)
-  steps: jax.Array  # [B] int32 steps taken while the row was active
-  drafted: jax.Array  # [B] int32 draft tokens offered to the verifier
-  accepted: jax.Array  # [B] int32 draft tokens accepted
-  accept_hist: jax.Array  # [B, M] int32 histogram of accepted drafts per step (0..M-1)
+    cache: KVCache  # the target's cache
+    proposer: Any  # the proposer's own state (draft cache, ...); () for autoregressive
+    last: jax.Array  # [B] int32 pending token: emitted, not yet in the target's cache
+    out: jax.Array  # [B, O] int32 emitted tokens
+    num_out: jax.Array  # [B] int32
+    done: jax.Array  # [B] bool
+    max_new: jax.Array  # [B] int32 per-row budget
+    stop_ids: jax.Array  # [MAX_STOP_IDS] int32, -1 = unused
+    keys: jax.Array  # [B] PRNG keys, one stream per row
+    step: jax.Array  # [] int32 loop iteration (keys fold it in)
+    steps: jax.Array  # [B] int32 steps taken while the row was active
+    drafted: jax.Array  # [B] int32 draft tokens offered to the verifier
+    accepted: jax.Array  # [B] int32 draft tokens accepted
+    accept_hist: jax.Array  # [B, M] int32 histogram of accepted drafts per step (0..M-1)
 
 
 @dataclasses.dataclass(frozen=True)
 class Static:
-  """Hashable knobs fixed per compiled program."""
+    """Hashable knobs fixed per compiled program."""
 
-  graphdef: Any
-  sampling: sp.SamplingParams  # seed zeroed: seeds are data
-  cache_len: int  # S
-  out_len: int  # O
-  max_positions: int
-  spec: Any = None  # SpecPlan or None (autoregressive)
+    graphdef: Any
+    sampling: sp.SamplingParams  # seed zeroed: seeds are data
+    cache_len: int  # S
+    out_len: int  # O
+    max_positions: int
+    spec: Any = None  # SpecPlan or None (autoregressive)
 
 
 # ---------------------------------------------------------------------------- step pieces
 
-def emit(state: DecodeState, tokens, count, *, new_last=None) -> DecodeState:
-  """Append `count[b]` tokens to each active row, stopping at a stop id or the budget.
 
-  Args:
-    tokens: [B, M] int32 candidate tokens in order; count: [B] int32 (1..M) how many are real.
-  """
-  B, M = tokens.shape
-  idx = jnp.arange(M, dtype=jnp.int32)  # [M]
-  is_stop = jnp.any(tokens[:, :, None] == state.stop_ids[None, None, :], axis=-1)  # [B, M]
-  is_stop &= idx[None, :] < count[:, None]
-  first_stop = jnp.where(jnp.any(is_stop, axis=1), jnp.argmax(is_stop, axis=1), M)  # [B]
-  room = state.max_new - state.num_out  # [B]
-  n = jnp.minimum(jnp.minimum(count, first_stop + 1), room)  # [B]
-  n = jnp.where(state.done, 0, n)  # frozen rows take nothing
-  write = jax.vmap(lambda buf, x, at: jax.lax.dynamic_update_slice(buf, x, (at,)))
-  out = write(state.out, tokens, state.num_out)  # [B, O]
-  # Rows that take nothing keep their buffer untouched.
-  out = jnp.where((n > 0)[:, None], out, state.out)
-  num_out = state.num_out + n
-  hit_stop = (first_stop < count) & (first_stop + 1 <= n)
-  done = state.done | hit_stop | (num_out >= state.max_new)
-  last_tok = jnp.take_along_axis(tokens, jnp.maximum(n - 1, 0)[:, None], axis=1)[:, 0]  # [B]
-  last = jnp.where(n > 0, last_tok if new_last is None else new_last, state.last)
-  return state.replace(out=out, num_out=num_out, done=done, last=last)
+def emit(state: DecodeState, tokens, count, *, new_last=None) -> DecodeState:
+    """Append `count[b]` tokens to each active row, stopping at a stop id or the budget.
+
+    Args:
+      tokens: [B, M] int32 candidate tokens in order; count: [B] int32 (1..M) how many are real.
+    """
+    B, M = tokens.shape
+    idx = jnp.arange(M, dtype=jnp.int32)  # [M]
+    is_stop = jnp.any(tokens[:, :, None] == state.stop_ids[None, None, :], axis=-1)  # [B, M]
+    is_stop &= idx[None, :] < count[:, None]
+    first_stop = jnp.where(jnp.any(is_stop, axis=1), jnp.argmax(is_stop, axis=1), M)  # [B]
+    room = state.max_new - state.num_out  # [B]
+    n = jnp.minimum(jnp.minimum(count, first_stop + 1), room)  # [B]
+    n = jnp.where(state.done, 0, n)  # frozen rows take nothing
+    write = jax.vmap(lambda buf, x, at: jax.lax.dynamic_update_slice(buf, x, (at,)))
+    out = write(state.out, tokens, state.num_out)  # [B, O]
+    # Rows that take nothing keep their buffer untouched.
+    out = jnp.where((n > 0)[:, None], out, state.out)
+    num_out = state.num_out + n
+    hit_stop = (first_stop < count) & (first_stop + 1 <= n)
+    done = state.done | hit_stop | (num_out >= state.max_new)
+    last_tok = jnp.take_along_axis(tokens, jnp.maximum(n - 1, 0)[:, None], axis=1)[:, 0]  # [B]
+    last = jnp.where(n > 0, last_tok if new_last is None else new_last, state.last)
+    return state.replace(out=out, num_out=num_out, done=done, last=last)
 
 
 def _model(static: Static, params):
-  """params = (target params, proposer params); the proposer's are () for autoregressive."""
-  return nnx.merge(static.graphdef, params[0])
+    """params = (target params, proposer params); the proposer's are () for autoregressive."""
+    return nnx.merge(static.graphdef, params[0])
 
 
 def prefill(static: Static, params, prompt, prompt_len, max_new, stop_ids, keys) -> DecodeState:
-  """Run the prompts through the target and emit each row's first token.
+    """Run the prompts through the target and emit each row's first token.
 
-  Args:
-    prompt: [B, Tp] int32 right-padded; prompt_len: [B] int32 (0 marks a padding row).
-  """
-  model = _model(static, params)
-  B, Tp = prompt.shape
-  cache = KVCache.for_model(model.config, B, static.cache_len)
-  positions = jnp.minimum(jnp.broadcast_to(jnp.arange(Tp, dtype=jnp.int32), (B, Tp)),
-                          static.max_positions - 1)  # [B, Tp]; padding positions clipped
-  last_idx = jnp.maximum(prompt_len - 1, 0)[:, None]  # [B, 1]
-  out = model(prompt, positions, cache, logit_index=last_idx)
-  cache = out.cache.replace(lengths=prompt_len.astype(jnp.int32))
-  first = jax.vmap(lambda k, lg: sp.sample(k, lg, static.sampling))(
-    sp.step_key(keys, 0), out.logits[:, 0])  # [B]
-  M = 1 if static.spec is None else static.spec.max_emit
-  state = DecodeState(
-    cache=cache, proposer=(), last=first, out=jnp.zeros((B, static.out_len), jnp.int32),
-    num_out=jnp.zeros((B,), jnp.int32), done=prompt_len == 0, max_new=max_new,
-    stop_ids=stop_ids, keys=keys, step=jnp.ones((), jnp.int32),
-    steps=jnp.zeros((B,), jnp.int32), drafted=jnp.zeros((B,), jnp.int32),
-    accepted=jnp.zeros((B,), jnp.int32), accept_hist=jnp.zeros((B, M), jnp.int32),
-  )
-  if static.spec is not None:
-    state = state.replace(
-      proposer=static.spec.init(static, params, state, prompt, prompt_len, out))
-  return emit(state, first[:, None], jnp.ones((B,), jnp.int32))
+    Args:
+      prompt: [B, Tp] int32 right-padded; prompt_len: [B] int32 (0 marks a padding row).
+    """
+    model = _model(static, params)
+    B, Tp = prompt.shape
+    cache = KVCache.for_model(model.config, B, static.cache_len)
+    positions = jnp.minimum(
+        jnp.broadcast_to(jnp.arange(Tp, dtype=jnp.int32), (B, Tp)), static.max_positions - 1
+    )  # [B, Tp]; padding positions clipped
+    last_idx = jnp.maximum(prompt_len - 1, 0)[:, None]  # [B, 1]
+    out = model(prompt, positions, cache, logit_index=last_idx)
+    cache = out.cache.replace(lengths=prompt_len.astype(jnp.int32))
+    first = jax.vmap(lambda k, lg: sp.sample(k, lg, static.sampling))(
+        sp.step_key(keys, 0), out.logits[:, 0]
+    )  # [B]
+    M = 1 if static.spec is None else static.spec.max_emit
+    state = DecodeState(
+        cache=cache,
+        proposer=(),
+        last=first,
+        out=jnp.zeros((B, static.out_len), jnp.int32),
+        num_out=jnp.zeros((B,), jnp.int32),
+        done=prompt_len == 0,
+        max_new=max_new,
+        stop_ids=stop_ids,
+        keys=keys,
+        step=jnp.ones((), jnp.int32),
+        steps=jnp.zeros((B,), jnp.int32),
+        drafted=jnp.zeros((B,), jnp.int32),
+        accepted=jnp.zeros((B,), jnp.int32),
+        accept_hist=jnp.zeros((B, M), jnp.int32),
+    )
+    if static.spec is not None:
+        state = state.replace(
+            proposer=static.spec.init(static, params, state, prompt, prompt_len, out)
+        )
+    return emit(state, first[:, None], jnp.ones((B,), jnp.int32))
 
 
 def autoregressive_step(static: Static, params, state: DecodeState) -> DecodeState:
-  """One target forward over the pending token, then one sampled token per active row."""
-  model = _model(static, params)
-  B = state.last.shape[0]
-  positions = state.cache.lengths[:, None]  # [B, 1]
-  out = model(state.last[:, None], positions, state.cache)
-  # Commit the pending token for active rows only; frozen rows never move.
-  cache = out.cache.advance((~state.done).astype(jnp.int32))
-  nxt = jax.vmap(lambda k, lg: sp.sample(k, lg, static.sampling))(
-    sp.step_key(state.keys, state.step), out.logits[:, 0])  # [B]
-  active = ~state.done
-  state = state.replace(cache=cache, step=state.step + 1,
-                        steps=state.steps + active.astype(jnp.int32))
-  return emit(state, nxt[:, None], jnp.ones((B,), jnp.int32))
+    """One target forward over the pending token, then one sampled token per active row."""
+    model = _model(static, params)
+    B = state.last.shape[0]
+    positions = state.cache.lengths[:, None]  # [B, 1]
+    out = model(state.last[:, None], positions, state.cache)
+    # Commit the pending token for active rows only; frozen rows never move.
+    cache = out.cache.advance((~state.done).astype(jnp.int32))
+    nxt = jax.vmap(lambda k, lg: sp.sample(k, lg, static.sampling))(
+        sp.step_key(state.keys, state.step), out.logits[:, 0]
+    )  # [B]
+    active = ~state.done
+    state = state.replace(
+        cache=cache, step=state.step + 1, steps=state.steps + active.astype(jnp.int32)
+    )
+    return emit(state, nxt[:, None], jnp.ones((B,), jnp.int32))
 
 
 def _step_fn(static: Static):
-  if static.spec is None:
-    return autoregressive_step
-  return static.spec.step
+    if static.spec is None:
+        return autoregressive_step
+    return static.spec.step
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def _generate_jit(static: Static, params, prompt, prompt_len, max_new, stop_ids, keys):
-  _TRACES["generate"] += 1
-  state = prefill(static, params, prompt, prompt_len, max_new, stop_ids, keys)
-  step = _step_fn(static)
-  state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), lambda s: step(static, params, s), state)
-  return state
+    _TRACES["generate"] += 1
+    state = prefill(static, params, prompt, prompt_len, max_new, stop_ids, keys)
+    step = _step_fn(static)
+    state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), lambda s: step(static, params, s), state)
+    return state
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def _prefill_jit(static: Static, params, prompt, prompt_len, max_new, stop_ids, keys):
-  return prefill(static, params, prompt, prompt_len, max_new, stop_ids, keys)
+    return prefill(static, params, prompt, prompt_len, max_new, stop_ids, keys)
 
 
 @functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
 def _step_jit(static: Static, params, state):
-  return _step_fn(static)(static, params, state)
+    return _step_fn(static)(static, params, state)
 
 
 # ---------------------------------------------------------------------------- public API
 
+
 @dataclasses.dataclass
 class GenerateOutput:
-  tokens: list[list[int]]  # generated ids per row (a stop token, if hit, is the last id)
-  texts: list[str] | None  # detokenised, special tokens skipped; None without a tokenizer
-  stats: dict
+    tokens: list[list[int]]  # generated ids per row (a stop token, if hit, is the last id)
+    texts: list[str] | None  # detokenised, special tokens skipped; None without a tokenizer
+    stats: dict
 
 
 def _stats(state: DecodeState, rows: int, spec) -> dict:
-  steps = np.asarray(state.steps[:rows])
-  drafted = np.asarray(state.drafted[:rows])
-  accepted = np.asarray(state.accepted[:rows])
-  hist = np.asarray(state.accept_hist[:rows]).sum(0)  # [M] steps that accepted exactly i drafts
-  total_steps = int(steps.sum())
-  stats = {
-    "method": "autoregressive" if spec is None else spec.config.method,
-    "steps": int(np.asarray(state.step)) - 1,
-    "row_steps": steps.tolist(),
-    "generated_tokens": np.asarray(state.num_out[:rows]).tolist(),
-    "draft_tokens": int(drafted.sum()),
-    "accepted_tokens": int(accepted.sum()),
-    "row_draft_tokens": drafted.tolist(),
-    "row_accepted_tokens": accepted.tolist(),
-    # tau: tokens per target call = accepted drafts + 1 per step, averaged over active steps.
-    "mean_accepted_length": (float(accepted.sum() + total_steps) / total_steps
-                             if total_steps else 0.0),
-    "acceptance_rate": float(accepted.sum() / drafted.sum()) if drafted.sum() else 0.0,
-  }
-  if len(hist) > 1 and total_steps:
-    at_least = hist[::-1].cumsum()[::-1]  # [M] steps accepting >= i drafts
-    stats["acceptance_by_position"] = (at_least[1:] / total_steps).tolist()  # unconditional
-    stats["conditional_acceptance_by_position"] = [
-      float(at_least[i] / at_least[i - 1]) if at_least[i - 1] else 0.0
-      for i in range(1, len(hist))
-    ]
-  return stats
+    steps = np.asarray(state.steps[:rows])
+    drafted = np.asarray(state.drafted[:rows])
+    accepted = np.asarray(state.accepted[:rows])
+    hist = np.asarray(state.accept_hist[:rows]).sum(0)  # [M] steps that accepted exactly i drafts
+    total_steps = int(steps.sum())
+    stats = {
+        "method": "autoregressive" if spec is None else spec.config.method,
+        "steps": int(np.asarray(state.step)) - 1,
+        "row_steps": steps.tolist(),
+        "generated_tokens": np.asarray(state.num_out[:rows]).tolist(),
+        "draft_tokens": int(drafted.sum()),
+        "accepted_tokens": int(accepted.sum()),
+        "row_draft_tokens": drafted.tolist(),
+        "row_accepted_tokens": accepted.tolist(),
+        # tau: tokens per target call = accepted drafts + 1 per step, averaged over active steps.
+        "mean_accepted_length": (
+            float(accepted.sum() + total_steps) / total_steps if total_steps else 0.0
+        ),
+        "acceptance_rate": float(accepted.sum() / drafted.sum()) if drafted.sum() else 0.0,
+    }
+    if len(hist) > 1 and total_steps:
+        at_least = hist[::-1].cumsum()[::-1]  # [M] steps accepting >= i drafts
+        stats["acceptance_by_position"] = (at_least[1:] / total_steps).tolist()  # unconditional
+        stats["conditional_acceptance_by_position"] = [
+            float(at_least[i] / at_least[i - 1]) if at_least[i - 1] else 0.0
+            for i in range(1, len(hist))
+        ]
+    return stats
 
 
 def _bucket(n: int, minimum: int) -> int:
-  return max(minimum, 1 << (max(n, 1) - 1).bit_length())
+    return max(minimum, 1 << (max(n, 1) - 1).bit_length())
 
 
 def _prepare(model: Model, prompts, max_new_tokens, sampling, stop_token_ids, seeds, spec):
-  config = model.config
-  rows = pr.normalize_prompts(prompts, model.tokenizer, config.vocab_size)
-  pr.check_max_new_tokens(max_new_tokens)
-  sampling = sp.SamplingParams() if sampling is None else sampling
-  if not isinstance(sampling, sp.SamplingParams):
-    raise TypeError(f"sampling must be a specjax SamplingParams, got {type(sampling).__name__}")
-  sampling.check_vocab(config.vocab_size)
-  headroom = 0 if spec is None else spec.max_emit
-  longest = max(len(r) for r in rows)
-  pr.check_positions(longest, max_new_tokens, config.max_position_embeddings)
-  if spec is not None:
-    from specjax.decoding.speculative import check_draft_positions
+    config = model.config
+    rows = pr.normalize_prompts(prompts, model.tokenizer, config.vocab_size)
+    pr.check_max_new_tokens(max_new_tokens)
+    sampling = sp.SamplingParams() if sampling is None else sampling
+    if not isinstance(sampling, sp.SamplingParams):
+        raise TypeError(f"sampling must be a specjax SamplingParams, got {type(sampling).__name__}")
+    sampling.check_vocab(config.vocab_size)
+    headroom = 0 if spec is None else spec.max_emit
+    longest = max(len(r) for r in rows)
+    pr.check_positions(longest, max_new_tokens, config.max_position_embeddings)
+    if spec is not None:
+        from specjax.decoding.speculative import check_draft_positions
 
-    check_draft_positions(spec, longest, max_new_tokens)
-  stops = pr.resolve_stop_ids(stop_token_ids, model, MAX_STOP_IDS)
-  B, Tp, O = _bucket(len(rows), 1), _bucket(longest, 16), _bucket(max_new_tokens, 16)
-  prompt = np.zeros((B, Tp), np.int32)
-  prompt_len = np.zeros((B,), np.int32)
-  for b, r in enumerate(rows):
-    prompt[b, : len(r)] = r
-    prompt_len[b] = len(r)
-  max_new = np.full((B,), max_new_tokens, np.int32)
-  keys = sp.row_keys(sampling.seed, B, None if seeds is None else list(seeds) + [0] * (B - len(rows)))
-  if seeds is not None and len(seeds) != len(rows):
-    raise ValueError(f"seeds has {len(seeds)} entries for {len(rows)} prompts")
-  static = Static(
-    graphdef=None, sampling=dataclasses.replace(sampling, seed=0),
-    cache_len=Tp + O + headroom, out_len=O + headroom,
-    max_positions=config.max_position_embeddings, spec=spec,
-  )
-  args = (jnp.asarray(prompt), jnp.asarray(prompt_len), jnp.asarray(max_new),
-          jnp.asarray(stops), keys)
-  return rows, static, args
+        check_draft_positions(spec, longest, max_new_tokens)
+    stops = pr.resolve_stop_ids(stop_token_ids, model, MAX_STOP_IDS)
+    B, Tp, O = _bucket(len(rows), 1), _bucket(longest, 16), _bucket(max_new_tokens, 16)
+    prompt = np.zeros((B, Tp), np.int32)
+    prompt_len = np.zeros((B,), np.int32)
+    for b, r in enumerate(rows):
+        prompt[b, : len(r)] = r
+        prompt_len[b] = len(r)
+    max_new = np.full((B,), max_new_tokens, np.int32)
+    keys = sp.row_keys(
+        sampling.seed, B, None if seeds is None else list(seeds) + [0] * (B - len(rows))
+    )
+    if seeds is not None and len(seeds) != len(rows):
+        raise ValueError(f"seeds has {len(seeds)} entries for {len(rows)} prompts")
+    static = Static(
+        graphdef=None,
+        sampling=dataclasses.replace(sampling, seed=0),
+        cache_len=Tp + O + headroom,
+        out_len=O + headroom,
+        max_positions=config.max_position_embeddings,
+        spec=spec,
+    )
+    args = (
+        jnp.asarray(prompt),
+        jnp.asarray(prompt_len),
+        jnp.asarray(max_new),
+        jnp.asarray(stops),
+        keys,
+    )
+    return rows, static, args
 
 
 def _finish(model: Model, state: DecodeState, n_rows: int, spec) -> GenerateOutput:
-  out = np.asarray(state.out)
-  num = np.asarray(state.num_out)
-  tokens = [out[b, : num[b]].tolist() for b in range(n_rows)]
-  texts = None
-  if model.tokenizer is not None:
-    texts = [model.tokenizer.decode(t) for t in tokens]
-  return GenerateOutput(tokens, texts, _stats(state, n_rows, spec))
+    out = np.asarray(state.out)
+    num = np.asarray(state.num_out)
+    tokens = [out[b, : num[b]].tolist() for b in range(n_rows)]
+    texts = None
+    if model.tokenizer is not None:
+        texts = [model.tokenizer.decode(t) for t in tokens]
+    return GenerateOutput(tokens, texts, _stats(state, n_rows, spec))
 
 
-def generate(model, prompts, max_new_tokens: int, sampling: sp.SamplingParams | None = None,
-             stop_token_ids=None, speculative_config=None, *, seeds=None) -> GenerateOutput:
-  """Generate up to `max_new_tokens` per prompt, optionally with speculative decoding.
+def generate(
+    model,
+    prompts,
+    max_new_tokens: int,
+    sampling: sp.SamplingParams | None = None,
+    stop_token_ids=None,
+    speculative_config=None,
+    *,
+    seeds=None,
+) -> GenerateOutput:
+    """Generate up to `max_new_tokens` per prompt, optionally with speculative decoding.
 
-  Args:
-    model: a specjax Model (from `load_model`) or Decoder.
-    prompts: a string, a list of strings, a list of token ids, or a list of id lists.
-    max_new_tokens: exact budget per row (fewer only when a stop id is emitted).
-    sampling: SamplingParams; default greedy.
-    stop_token_ids: None = the model's EOS ids; [] disables stopping; or a list of ids.
-    speculative_config: None (autoregressive) or a dict in vLLM's key names
-      (see `specjax.decoding.spec_config`).
-    seeds: optional per-row seeds (overrides sampling.seed row by row).
-  Returns:
-    GenerateOutput(tokens, texts, stats).
-  """
-  model, rows, static, params, args = _setup(model, prompts, max_new_tokens, sampling,
-                                              stop_token_ids, speculative_config, seeds)
-  state = _generate_jit(static, params, *args)
-  return _finish(model, state, len(rows), static.spec)
+    Args:
+      model: a specjax Model (from `load_model`) or Decoder.
+      prompts: a string, a list of strings, a list of token ids, or a list of id lists.
+      max_new_tokens: exact budget per row (fewer only when a stop id is emitted).
+      sampling: SamplingParams; default greedy.
+      stop_token_ids: None = the model's EOS ids; [] disables stopping; or a list of ids.
+      speculative_config: None (autoregressive) or a dict in vLLM's key names
+        (see `specjax.decoding.spec_config`).
+      seeds: optional per-row seeds (overrides sampling.seed row by row).
+    Returns:
+      GenerateOutput(tokens, texts, stats).
+    """
+    model, rows, static, params, args = _setup(
+        model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds
+    )
+    state = _generate_jit(static, params, *args)
+    return _finish(model, state, len(rows), static.spec)
 
 
 def _setup(model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds):
-  """Validate everything on the host, then split the model: (model, rows, static, params, args)."""
-  model = as_model(model)
-  spec, spec_params = None, ()
-  if speculative_config is not None:
-    from specjax.decoding.speculative import build_plan
+    """Validate everything on the host, then split the model: (model, rows, static, params, args)."""
+    model = as_model(model)
+    spec, spec_params = None, ()
+    if speculative_config is not None:
+        from specjax.decoding.speculative import build_plan
 
-    spec, spec_params = build_plan(speculative_config, model, sampling)
-  rows, static, args = _prepare(model, prompts, max_new_tokens, sampling, stop_token_ids, seeds,
-                                spec)
-  graphdef, params = nnx.split(model.module)
-  static = dataclasses.replace(static, graphdef=graphdef)
-  return model, rows, static, (params, spec_params), args
+        spec, spec_params = build_plan(speculative_config, model, sampling)
+    rows, static, args = _prepare(
+        model, prompts, max_new_tokens, sampling, stop_token_ids, seeds, spec
+    )
+    graphdef, params = nnx.split(model.module)
+    static = dataclasses.replace(static, graphdef=graphdef)
+    return model, rows, static, (params, spec_params), args
 
 
-def generate_stream(model, prompts, max_new_tokens: int, sampling=None, stop_token_ids=None,
-                    speculative_config=None, *, seeds=None) -> Iterator[list[list[int]]]:
-  """Like `generate`, one jitted step per iteration: yields each row's new tokens per step.
+def generate_stream(
+    model,
+    prompts,
+    max_new_tokens: int,
+    sampling=None,
+    stop_token_ids=None,
+    speculative_config=None,
+    *,
+    seeds=None,
+) -> Iterator[list[list[int]]]:
+    """Like `generate`, one jitted step per iteration: yields each row's new tokens per step.
 
-  The decode state (caches included) is donated to every step call.
-  """
-  model, rows, static, params, args = _setup(model, prompts, max_new_tokens, sampling,
-                                              stop_token_ids, speculative_config, seeds)
-  state = _prefill_jit(static, params, *args)
-  seen = np.zeros(len(rows), np.int64)
-  while True:
-    num = np.asarray(state.num_out[: len(rows)])
-    out = np.asarray(state.out[: len(rows)])
-    yield [out[b, seen[b]: num[b]].tolist() for b in range(len(rows))]
-    seen = num.copy()
-    if bool(np.all(np.asarray(state.done))):
-      return
-    state = _step_jit(static, params, state)
+    The decode state (caches included) is donated to every step call.
+    """
+    model, rows, static, params, args = _setup(
+        model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds
+    )
+    state = _prefill_jit(static, params, *args)
+    seen = np.zeros(len(rows), np.int64)
+    while True:
+        num = np.asarray(state.num_out[: len(rows)])
+        out = np.asarray(state.out[: len(rows)])
+        yield [out[b, seen[b] : num[b]].tolist() for b in range(len(rows))]
+        seen = num.copy()
+        if bool(np.all(np.asarray(state.done))):
+            return
+        state = _step_jit(static, params, state)

@@ -23,121 +23,159 @@ METHODS = ("draft_model", "ngram", "medusa", "eagle", "eagle3", "lookahead")
 IMPLEMENTED = ("draft_model", "ngram")
 VERIFICATIONS = ("auto", "greedy", "probabilistic", "one_hot", "strict", "typical")
 MAX_SPECULATIVE_TOKENS = 16  # longest chain / deepest tree; also the cache head-room per step
-KEYS = ("method", "model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
-        "verification", "allow_lossy", "draft_tree", "typical_epsilon", "typical_delta")
+KEYS = (
+    "method",
+    "model",
+    "num_speculative_tokens",
+    "prompt_lookup_min",
+    "prompt_lookup_max",
+    "verification",
+    "allow_lossy",
+    "draft_tree",
+    "typical_epsilon",
+    "typical_delta",
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class SpecConfig:
-  """The validated, hashable part of a speculative_config (the draft model travels apart)."""
+    """The validated, hashable part of a speculative_config (the draft model travels apart)."""
 
-  method: str
-  num_speculative_tokens: int
-  verification: str  # resolved: never "auto"
-  tree: trees.Tree
-  prompt_lookup_min: int = 1
-  prompt_lookup_max: int = 3
-  allow_lossy: bool = False
-  typical_epsilon: float = 0.09
-  typical_delta: float = 0.3
+    method: str
+    num_speculative_tokens: int
+    verification: str  # resolved: never "auto"
+    tree: trees.Tree
+    prompt_lookup_min: int = 1
+    prompt_lookup_max: int = 3
+    allow_lossy: bool = False
+    typical_epsilon: float = 0.09
+    typical_delta: float = 0.3
 
-  @property
-  def is_chain(self) -> bool:
-    return self.tree.num_drafts == self.tree.max_depth
+    @property
+    def is_chain(self) -> bool:
+        return self.tree.num_drafts == self.tree.max_depth
 
 
 def _int(key: str, value, lo: int, hi: int | None = None) -> int:
-  if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-    raise ValueError(f"speculative_config[{key!r}]={value!r} must be an integer")
-  if value < lo or (hi is not None and value > hi):
-    bound = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
-    raise ValueError(f"speculative_config[{key!r}]={value!r} is out of range: must be {bound}")
-  return int(value)
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise ValueError(f"speculative_config[{key!r}]={value!r} must be an integer")
+    if value < lo or (hi is not None and value > hi):
+        bound = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise ValueError(f"speculative_config[{key!r}]={value!r} is out of range: must be {bound}")
+    return int(value)
 
 
 def _tree(raw: dict, k: int) -> trees.Tree:
-  spec = raw.get("draft_tree")
-  if spec is None:
-    return trees.chain(k)
-  if isinstance(spec, dict):
-    unknown = set(spec) - {"depth", "width"}
-    if unknown:
-      raise ValueError(f"speculative_config['draft_tree'] has unknown keys {sorted(unknown)}; "
-                       "allowed: depth, width")
-    depth = _int("draft_tree.depth", spec.get("depth", k), 1, MAX_SPECULATIVE_TOKENS)
-    width = _int("draft_tree.width", spec.get("width", 2), 1)
-    tree = trees.topk_tree(depth, width)
-  else:
-    try:
-      tree = trees.get_tree(spec)
-    except ValueError as e:
-      raise ValueError(f"speculative_config['draft_tree']: {e}") from e
-  if tree.max_depth > MAX_SPECULATIVE_TOKENS:
-    raise ValueError(f"speculative_config['draft_tree'] has depth {tree.max_depth}; at most "
-                     f"{MAX_SPECULATIVE_TOKENS} is supported")
-  return tree
+    spec = raw.get("draft_tree")
+    if spec is None:
+        return trees.chain(k)
+    if isinstance(spec, dict):
+        unknown = set(spec) - {"depth", "width"}
+        if unknown:
+            raise ValueError(
+                f"speculative_config['draft_tree'] has unknown keys {sorted(unknown)}; "
+                "allowed: depth, width"
+            )
+        depth = _int("draft_tree.depth", spec.get("depth", k), 1, MAX_SPECULATIVE_TOKENS)
+        width = _int("draft_tree.width", spec.get("width", 2), 1)
+        tree = trees.topk_tree(depth, width)
+    else:
+        try:
+            tree = trees.get_tree(spec)
+        except ValueError as e:
+            raise ValueError(f"speculative_config['draft_tree']: {e}") from e
+    if tree.max_depth > MAX_SPECULATIVE_TOKENS:
+        raise ValueError(
+            f"speculative_config['draft_tree'] has depth {tree.max_depth}; at most "
+            f"{MAX_SPECULATIVE_TOKENS} is supported"
+        )
+    return tree
 
 
 def parse(raw: dict, *, temperature: float) -> SpecConfig:
-  """Validate a speculative_config dict. Raises ValueError naming key, value and allowed range.
+    """Validate a speculative_config dict. Raises ValueError naming key, value and allowed range.
 
-  Args:
-    raw: the user's dict.
-    temperature: the sampling temperature (resolves verification="auto").
-  """
-  if not isinstance(raw, dict):
-    raise ValueError(f"speculative_config must be a dict, got {type(raw).__name__}")
-  unknown = sorted(set(raw) - set(KEYS))
-  if unknown:
-    raise ValueError(f"speculative_config has unknown keys {unknown}; allowed: {list(KEYS)}")
-  method = raw.get("method")
-  if method not in METHODS:
-    raise ValueError(f"speculative_config['method']={method!r} is invalid; allowed: {METHODS}")
-  if method not in IMPLEMENTED:
-    raise NotImplementedError(f"speculative_config['method']={method!r} is not implemented yet; "
-                              f"available: {IMPLEMENTED}")
-  if "num_speculative_tokens" not in raw:
-    raise ValueError("speculative_config['num_speculative_tokens'] is required "
-                     f"(1..{MAX_SPECULATIVE_TOKENS})")
-  k = _int("num_speculative_tokens", raw["num_speculative_tokens"], 1, MAX_SPECULATIVE_TOKENS)
-  if method == "draft_model" and raw.get("model") is None:
-    raise ValueError("speculative_config['model'] is required for method='draft_model' "
-                     "(a specjax Model or a checkpoint directory)")
-  if method == "ngram" and raw.get("model") is not None:
-    raise ValueError("speculative_config['model'] must be unset for method='ngram'")
-  lo = _int("prompt_lookup_min", raw.get("prompt_lookup_min", 1), 1)
-  hi = _int("prompt_lookup_max", raw.get("prompt_lookup_max", max(lo, 3)), 1)
-  if lo > hi:
-    raise ValueError(f"speculative_config['prompt_lookup_min']={lo} must be <= "
-                     f"prompt_lookup_max={hi}")
-  if method != "draft_model" and raw.get("draft_tree") is not None:
-    raise ValueError(f"speculative_config['draft_tree'] is only supported for method="
-                     f"'draft_model', not {method!r}")
-  tree = _tree(raw, k)
-  allow_lossy = raw.get("allow_lossy", False)
-  if not isinstance(allow_lossy, bool):
-    raise ValueError(f"speculative_config['allow_lossy']={allow_lossy!r} must be True or False")
-  mode = raw.get("verification", "auto")
-  if mode not in VERIFICATIONS:
-    raise ValueError(f"speculative_config['verification']={mode!r} is invalid; "
-                     f"allowed: {VERIFICATIONS}")
-  deterministic = method != "draft_model"
-  if mode == "auto":
-    mode = "greedy" if temperature == 0 else ("one_hot" if deterministic else "probabilistic")
-  if mode == "greedy" and temperature != 0:
-    raise ValueError(f"speculative_config['verification']='greedy' needs temperature=0, got "
-                     f"{temperature}: greedy acceptance at T>0 would change the output law")
-  if mode == "probabilistic" and deterministic:
-    raise ValueError(f"speculative_config['verification']='probabilistic' needs sampled drafts; "
-                     f"method={method!r} drafts deterministically: use 'one_hot' or 'strict'")
-  if mode == "typical" and not allow_lossy:
-    raise ValueError("speculative_config['verification']='typical' is lossy (Medusa's typical "
-                     "acceptance changes the output distribution): set allow_lossy=True")
-  eps = raw.get("typical_epsilon", 0.09)
-  delta = raw.get("typical_delta", 0.3)
-  for key, val in (("typical_epsilon", eps), ("typical_delta", delta)):
-    if not isinstance(val, numbers.Real) or not math.isfinite(val) or val < 0:
-      raise ValueError(f"speculative_config[{key!r}]={val!r} must be a finite number >= 0")
-  return SpecConfig(method=method, num_speculative_tokens=k, verification=mode, tree=tree,
-                    prompt_lookup_min=lo, prompt_lookup_max=hi, allow_lossy=allow_lossy,
-                    typical_epsilon=float(eps), typical_delta=float(delta))
+    Args:
+      raw: the user's dict.
+      temperature: the sampling temperature (resolves verification="auto").
+    """
+    if not isinstance(raw, dict):
+        raise ValueError(f"speculative_config must be a dict, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(KEYS))
+    if unknown:
+        raise ValueError(f"speculative_config has unknown keys {unknown}; allowed: {list(KEYS)}")
+    method = raw.get("method")
+    if method not in METHODS:
+        raise ValueError(f"speculative_config['method']={method!r} is invalid; allowed: {METHODS}")
+    if method not in IMPLEMENTED:
+        raise NotImplementedError(
+            f"speculative_config['method']={method!r} is not implemented yet; "
+            f"available: {IMPLEMENTED}"
+        )
+    if "num_speculative_tokens" not in raw:
+        raise ValueError(
+            "speculative_config['num_speculative_tokens'] is required "
+            f"(1..{MAX_SPECULATIVE_TOKENS})"
+        )
+    k = _int("num_speculative_tokens", raw["num_speculative_tokens"], 1, MAX_SPECULATIVE_TOKENS)
+    if method == "draft_model" and raw.get("model") is None:
+        raise ValueError(
+            "speculative_config['model'] is required for method='draft_model' "
+            "(a specjax Model or a checkpoint directory)"
+        )
+    if method == "ngram" and raw.get("model") is not None:
+        raise ValueError("speculative_config['model'] must be unset for method='ngram'")
+    lo = _int("prompt_lookup_min", raw.get("prompt_lookup_min", 1), 1)
+    hi = _int("prompt_lookup_max", raw.get("prompt_lookup_max", max(lo, 3)), 1)
+    if lo > hi:
+        raise ValueError(
+            f"speculative_config['prompt_lookup_min']={lo} must be <= prompt_lookup_max={hi}"
+        )
+    if method != "draft_model" and raw.get("draft_tree") is not None:
+        raise ValueError(
+            f"speculative_config['draft_tree'] is only supported for method="
+            f"'draft_model', not {method!r}"
+        )
+    tree = _tree(raw, k)
+    allow_lossy = raw.get("allow_lossy", False)
+    if not isinstance(allow_lossy, bool):
+        raise ValueError(f"speculative_config['allow_lossy']={allow_lossy!r} must be True or False")
+    mode = raw.get("verification", "auto")
+    if mode not in VERIFICATIONS:
+        raise ValueError(
+            f"speculative_config['verification']={mode!r} is invalid; allowed: {VERIFICATIONS}"
+        )
+    deterministic = method != "draft_model"
+    if mode == "auto":
+        mode = "greedy" if temperature == 0 else ("one_hot" if deterministic else "probabilistic")
+    if mode == "greedy" and temperature != 0:
+        raise ValueError(
+            f"speculative_config['verification']='greedy' needs temperature=0, got "
+            f"{temperature}: greedy acceptance at T>0 would change the output law"
+        )
+    if mode == "probabilistic" and deterministic:
+        raise ValueError(
+            f"speculative_config['verification']='probabilistic' needs sampled drafts; "
+            f"method={method!r} drafts deterministically: use 'one_hot' or 'strict'"
+        )
+    if mode == "typical" and not allow_lossy:
+        raise ValueError(
+            "speculative_config['verification']='typical' is lossy (Medusa's typical "
+            "acceptance changes the output distribution): set allow_lossy=True"
+        )
+    eps = raw.get("typical_epsilon", 0.09)
+    delta = raw.get("typical_delta", 0.3)
+    for key, val in (("typical_epsilon", eps), ("typical_delta", delta)):
+        if not isinstance(val, numbers.Real) or not math.isfinite(val) or val < 0:
+            raise ValueError(f"speculative_config[{key!r}]={val!r} must be a finite number >= 0")
+    return SpecConfig(
+        method=method,
+        num_speculative_tokens=k,
+        verification=mode,
+        tree=tree,
+        prompt_lookup_min=lo,
+        prompt_lookup_max=hi,
+        allow_lossy=allow_lossy,
+        typical_epsilon=float(eps),
+        typical_delta=float(delta),
+    )

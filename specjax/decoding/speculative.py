@@ -22,130 +22,147 @@ from specjax.decoding.verify import verify
 
 @dataclasses.dataclass(frozen=True)
 class SpecPlan:
-  """Static description of one speculative method instance."""
+    """Static description of one speculative method instance."""
 
-  config: spec_config.SpecConfig
-  proposer: Any  # a hashable proposer (see proposers/base.py)
+    config: spec_config.SpecConfig
+    proposer: Any  # a hashable proposer (see proposers/base.py)
 
-  @property
-  def tree(self):
-    return self.config.tree
+    @property
+    def tree(self):
+        return self.config.tree
 
-  @property
-  def max_emit(self) -> int:
-    """M: the most tokens one step can emit (Dmax accepted drafts + 1)."""
-    return self.config.tree.max_depth + 1
+    @property
+    def max_emit(self) -> int:
+        """M: the most tokens one step can emit (Dmax accepted drafts + 1)."""
+        return self.config.tree.max_depth + 1
 
-  def init(self, static, params, state, prompt, prompt_len, target_out):
-    return self.proposer.init(static, params[1], state, prompt, prompt_len, target_out)
+    def init(self, static, params, state, prompt, prompt_len, target_out):
+        return self.proposer.init(static, params[1], state, prompt, prompt_len, target_out)
 
-  def step(self, static, params, state):
-    return speculative_step(static, params, state)
+    def step(self, static, params, state):
+        return speculative_step(static, params, state)
 
 
 def speculative_step(static, params, state):
-  """One propose/verify/commit iteration for every row (frozen rows change nothing)."""
-  from specjax.decoding.engine import _model  # the engine owns the target merge
+    """One propose/verify/commit iteration for every row (frozen rows change nothing)."""
+    from specjax.decoding.engine import _model  # the engine owns the target merge
 
-  plan: SpecPlan = static.spec
-  tree = plan.tree
-  target = _model(static, params)
-  active = ~state.done  # [B]
-  L = state.cache.lengths  # [B]
-  depth = jnp.asarray(tree.depth, jnp.int32)  # [P+1]
-  step_key = sp.step_key(state.keys, state.step)  # [B]
-  propose_key = jax.vmap(lambda k: jax.random.fold_in(k, 1))(step_key)
-  verify_key = jax.vmap(lambda k: jax.random.fold_in(k, 2))(step_key)
+    plan: SpecPlan = static.spec
+    tree = plan.tree
+    target = _model(static, params)
+    active = ~state.done  # [B]
+    L = state.cache.lengths  # [B]
+    depth = jnp.asarray(tree.depth, jnp.int32)  # [P+1]
+    step_key = sp.step_key(state.keys, state.step)  # [B]
+    propose_key = jax.vmap(lambda k: jax.random.fold_in(k, 1))(step_key)
+    verify_key = jax.vmap(lambda k: jax.random.fold_in(k, 2))(step_key)
 
-  draft, pstate = plan.proposer.propose(static, params[1], state, propose_key)
-  # Near the budget the effective depth shrinks by masking: never accept more than fits.
-  room = state.max_new - state.num_out  # [B] tokens this row may still emit
-  valid = draft.valid & (depth[None, :] <= (room - 1)[:, None])  # [B, P+1]
+    draft, pstate = plan.proposer.propose(static, params[1], state, propose_key)
+    # Near the budget the effective depth shrinks by masking: never accept more than fits.
+    room = state.max_new - state.num_out  # [B] tokens this row may still emit
+    valid = draft.valid & (depth[None, :] <= (room - 1)[:, None])  # [B, P+1]
 
-  tokens = draft.tokens.at[:, 0].set(state.last)  # [B, P+1]
-  positions = jnp.minimum(L[:, None] + depth[None, :], static.max_positions - 1)  # [B, P+1]
-  block_mask = jnp.asarray(tree.ancestor_mask)  # [P+1, P+1]
-  out = target(tokens, positions, state.cache, block_mask)  # logits [B, P+1, V]
-  p = sp.processed_probs(out.logits, static.sampling)  # [B, P+1, V] float32
-  cfg = plan.config
-  result = verify(p, tokens, tree, cfg.verification, verify_key, draft_probs=draft.probs,
-                  node_valid=valid, target_logits=out.logits if cfg.verification == "typical"
-                  else None, typical_eps=cfg.typical_epsilon, typical_delta=cfg.typical_delta)
+    tokens = draft.tokens.at[:, 0].set(state.last)  # [B, P+1]
+    positions = jnp.minimum(L[:, None] + depth[None, :], static.max_positions - 1)  # [B, P+1]
+    block_mask = jnp.asarray(tree.ancestor_mask)  # [P+1, P+1]
+    out = target(tokens, positions, state.cache, block_mask)  # logits [B, P+1, V]
+    p = sp.processed_probs(out.logits, static.sampling)  # [B, P+1, V] float32
+    cfg = plan.config
+    result = verify(
+        p,
+        tokens,
+        tree,
+        cfg.verification,
+        verify_key,
+        draft_probs=draft.probs,
+        node_valid=valid,
+        target_logits=out.logits if cfg.verification == "typical" else None,
+        typical_eps=cfg.typical_epsilon,
+        typical_delta=cfg.typical_delta,
+    )
 
-  # Commit root + accepted drafts for active rows; the emitted bonus becomes the pending token.
-  n_commit = jnp.where(active, result.num_accepted + 1, 0)  # [B]
-  if cfg.is_chain:
-    cache = out.cache.advance(n_commit)
-  else:
-    cache = out.cache.commit_path(result.path, n_commit)
-  pstate = plan.proposer.commit(static, params[1], pstate, state, result, n_commit)
+    # Commit root + accepted drafts for active rows; the emitted bonus becomes the pending token.
+    n_commit = jnp.where(active, result.num_accepted + 1, 0)  # [B]
+    if cfg.is_chain:
+        cache = out.cache.advance(n_commit)
+    else:
+        cache = out.cache.commit_path(result.path, n_commit)
+    pstate = plan.proposer.commit(static, params[1], pstate, state, result, n_commit)
 
-  drafted = jnp.sum(draft.valid[:, 1:], axis=1).astype(jnp.int32)  # [B]
-  a = result.num_accepted
-  hist = jax.nn.one_hot(a, plan.max_emit, dtype=jnp.int32) * active[:, None]  # [B, M]
-  act = active.astype(jnp.int32)
-  state = state.replace(
-    cache=cache, proposer=pstate, step=state.step + 1, steps=state.steps + act,
-    drafted=state.drafted + drafted * act, accepted=state.accepted + a * act,
-    accept_hist=state.accept_hist + hist,
-  )
-  from specjax.decoding.engine import emit
+    drafted = jnp.sum(draft.valid[:, 1:], axis=1).astype(jnp.int32)  # [B]
+    a = result.num_accepted
+    hist = jax.nn.one_hot(a, plan.max_emit, dtype=jnp.int32) * active[:, None]  # [B, M]
+    act = active.astype(jnp.int32)
+    state = state.replace(
+        cache=cache,
+        proposer=pstate,
+        step=state.step + 1,
+        steps=state.steps + act,
+        drafted=state.drafted + drafted * act,
+        accepted=state.accepted + a * act,
+        accept_hist=state.accept_hist + hist,
+    )
+    from specjax.decoding.engine import emit
 
-  return emit(state, result.tokens, result.num_accepted + 1)
+    return emit(state, result.tokens, result.num_accepted + 1)
 
 
 # ------------------------------------------------------------------------- building a plan
 
-def _resolve_draft(model_spec):
-  from specjax.io.hf import Model, as_model, load_model
 
-  if isinstance(model_spec, (str,)) or hasattr(model_spec, "__fspath__"):
-    return load_model(model_spec)
-  if isinstance(model_spec, Model):
-    return model_spec
-  try:
-    return as_model(model_spec)
-  except TypeError:
-    raise ValueError(
-      f"speculative_config['model'] must be a specjax Model, Decoder or checkpoint directory, "
-      f"got {type(model_spec).__name__}") from None
+def _resolve_draft(model_spec):
+    from specjax.io.hf import Model, as_model, load_model
+
+    if isinstance(model_spec, (str,)) or hasattr(model_spec, "__fspath__"):
+        return load_model(model_spec)
+    if isinstance(model_spec, Model):
+        return model_spec
+    try:
+        return as_model(model_spec)
+    except TypeError:
+        raise ValueError(
+            f"speculative_config['model'] must be a specjax Model, Decoder or checkpoint directory, "
+            f"got {type(model_spec).__name__}"
+        ) from None
 
 
 def check_vocabularies(target, draft) -> None:
-  """Draft and target must share the vocabulary: same size, token strings and specials."""
-  tv, dv = target.config.vocab_size, draft.config.vocab_size
-  if tv != dv:
-    raise ValueError(f"draft vocab_size={dv} differs from the target's vocab_size={tv}")
-  if target.tokenizer is None or draft.tokenizer is None:
-    return
-  t, d = target.tokenizer.vocab_strings(), draft.tokenizer.vocab_strings()
-  for i in range(max(len(t.tokens), len(d.tokens))):
-    a = t.tokens[i] if i < len(t.tokens) else None
-    b = d.tokens[i] if i < len(d.tokens) else None
-    if a != b:
-      raise ValueError(f"draft and target vocabularies differ first at id {i}: "
-                       f"target {a!r} vs draft {b!r}")
-  if t.special != d.special:
-    diff = sorted(set(t.special) ^ set(d.special))
-    raise ValueError(f"draft and target special tokens differ: {diff[:5]}")
+    """Draft and target must share the vocabulary: same size, token strings and specials."""
+    tv, dv = target.config.vocab_size, draft.config.vocab_size
+    if tv != dv:
+        raise ValueError(f"draft vocab_size={dv} differs from the target's vocab_size={tv}")
+    if target.tokenizer is None or draft.tokenizer is None:
+        return
+    t, d = target.tokenizer.vocab_strings(), draft.tokenizer.vocab_strings()
+    for i in range(max(len(t.tokens), len(d.tokens))):
+        a = t.tokens[i] if i < len(t.tokens) else None
+        b = d.tokens[i] if i < len(d.tokens) else None
+        if a != b:
+            raise ValueError(
+                f"draft and target vocabularies differ first at id {i}: target {a!r} vs draft {b!r}"
+            )
+    if t.special != d.special:
+        diff = sorted(set(t.special) ^ set(d.special))
+        raise ValueError(f"draft and target special tokens differ: {diff[:5]}")
 
 
 def build_plan(raw: dict, model, sampling) -> tuple[SpecPlan, Any]:
-  """Validate `raw` and return (plan, proposer params). Nothing is compiled here."""
-  temperature = 0.0 if sampling is None else sampling.temperature
-  cfg = spec_config.parse(raw, temperature=temperature)
-  proposer_cls = PROPOSERS[cfg.method]
-  draft = None
-  if cfg.method == "draft_model":
-    draft = _resolve_draft(raw["model"])
-    check_vocabularies(model, draft)
-  proposer, params = proposer_cls.build(cfg, draft)
-  return SpecPlan(cfg, proposer), params
+    """Validate `raw` and return (plan, proposer params). Nothing is compiled here."""
+    temperature = 0.0 if sampling is None else sampling.temperature
+    cfg = spec_config.parse(raw, temperature=temperature)
+    proposer_cls = PROPOSERS[cfg.method]
+    draft = None
+    if cfg.method == "draft_model":
+        draft = _resolve_draft(raw["model"])
+        check_vocabularies(model, draft)
+    proposer, params = proposer_cls.build(cfg, draft)
+    return SpecPlan(cfg, proposer), params
 
 
 def check_draft_positions(plan: SpecPlan, longest_prompt: int, max_new_tokens: int) -> None:
-  limit = plan.proposer.max_positions
-  if limit is not None and longest_prompt + max_new_tokens > limit:
-    raise ValueError(f"prompt length {longest_prompt} + max_new_tokens={max_new_tokens} exceeds "
-                     f"the draft model's max_position_embeddings={limit}")
-
+    limit = plan.proposer.max_positions
+    if limit is not None and longest_prompt + max_new_tokens > limit:
+        raise ValueError(
+            f"prompt length {longest_prompt} + max_new_tokens={max_new_tokens} exceeds "
+            f"the draft model's max_position_embeddings={limit}"
+        )

@@ -27,179 +27,196 @@ INDEX = "model.safetensors.index.json"
 
 @dataclasses.dataclass
 class Model:
-  """A decoder with its tokenizer (None for a model built from a bare config)."""
+    """A decoder with its tokenizer (None for a model built from a bare config)."""
 
-  module: Decoder
-  tokenizer: object | None = None
-  source: str = ""
+    module: Decoder
+    tokenizer: object | None = None
+    source: str = ""
 
-  @property
-  def config(self) -> ModelConfig:
-    return self.module.config
+    @property
+    def config(self) -> ModelConfig:
+        return self.module.config
 
-  def __repr__(self) -> str:
-    c = self.config
-    return (f"Model({c.model_type}, layers={c.num_layers}, D={c.hidden_size}, V={c.vocab_size}, "
-            f"params={c.num_params() / 1e6:.1f}M, source={self.source!r})")
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"Model({c.model_type}, layers={c.num_layers}, D={c.hidden_size}, V={c.vocab_size}, "
+            f"params={c.num_params() / 1e6:.1f}M, source={self.source!r})"
+        )
 
 
 def as_model(model) -> Model:
-  """Accept a Model or a bare Decoder."""
-  if isinstance(model, Model):
-    return model
-  if isinstance(model, Decoder):
-    return Model(model)
-  raise TypeError(f"expected a specjax Model or Decoder, got {type(model).__name__}")
+    """Accept a Model or a bare Decoder."""
+    if isinstance(model, Model):
+        return model
+    if isinstance(model, Decoder):
+        return Model(model)
+    raise TypeError(f"expected a specjax Model or Decoder, got {type(model).__name__}")
 
 
 # ----------------------------------------------------------------------------------- reading
 
+
 def _read_json(path: Path) -> dict:
-  try:
-    return json.loads(path.read_text())
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{path} is not valid JSON: {e}") from e
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from e
 
 
 def _weight_files(directory: Path) -> list[Path]:
-  if (directory / SINGLE).is_file():
-    return [directory / SINGLE]
-  if (directory / INDEX).is_file():
-    index = _read_json(directory / INDEX)
-    files = sorted(set(index.get("weight_map", {}).values()))
-    if not files:
-      raise ValueError(f"{directory / INDEX} has an empty weight_map")
-    for name in files:
-      if not (directory / name).is_file():
-        raise FileNotFoundError(f"shard {name} listed in {directory / INDEX} is missing")
-    return [directory / name for name in files]
-  pickles = sorted(p.name for p in directory.glob("*.bin")) + sorted(
-    p.name for p in directory.glob("*.pt*"))
-  if pickles:
-    raise ValueError(
-      f"{directory} holds only PyTorch pickle weights ({', '.join(pickles)}); specjax never "
-      "unpickles. Convert them to safetensors first (e.g. transformers' save_pretrained "
-      "with safe_serialization=True)."
+    if (directory / SINGLE).is_file():
+        return [directory / SINGLE]
+    if (directory / INDEX).is_file():
+        index = _read_json(directory / INDEX)
+        files = sorted(set(index.get("weight_map", {}).values()))
+        if not files:
+            raise ValueError(f"{directory / INDEX} has an empty weight_map")
+        for name in files:
+            if not (directory / name).is_file():
+                raise FileNotFoundError(f"shard {name} listed in {directory / INDEX} is missing")
+        return [directory / name for name in files]
+    pickles = sorted(p.name for p in directory.glob("*.bin")) + sorted(
+        p.name for p in directory.glob("*.pt*")
     )
-  raise FileNotFoundError(f"no weights in {directory}: expected {SINGLE} or {INDEX}")
+    if pickles:
+        raise ValueError(
+            f"{directory} holds only PyTorch pickle weights ({', '.join(pickles)}); specjax never "
+            "unpickles. Convert them to safetensors first (e.g. transformers' save_pretrained "
+            "with safe_serialization=True)."
+        )
+    raise FileNotFoundError(f"no weights in {directory}: expected {SINGLE} or {INDEX}")
 
 
 def read_safetensors(files: list[Path]) -> dict[str, np.ndarray]:
-  """All tensors of `files` as numpy arrays (bf16 kept as ml_dtypes.bfloat16)."""
-  tensors: dict[str, np.ndarray] = {}
-  for path in files:
-    try:
-      with safe_open(str(path), framework="numpy") as f:
-        for name in f.keys():
-          tensors[name] = f.get_tensor(name)
-    except Exception as e:  # safetensors raises its own error types for truncation/corruption
-      if isinstance(e, (FileNotFoundError, ValueError)) and "safetensors" in str(e).lower():
-        raise
-      raise ValueError(f"cannot read safetensors file {path}: {e}") from e
-  return tensors
+    """All tensors of `files` as numpy arrays (bf16 kept as ml_dtypes.bfloat16)."""
+    tensors: dict[str, np.ndarray] = {}
+    for path in files:
+        try:
+            with safe_open(str(path), framework="numpy") as f:
+                for name in f.keys():
+                    tensors[name] = f.get_tensor(name)
+        except Exception as e:  # safetensors raises its own error types for truncation/corruption
+            if isinstance(e, (FileNotFoundError, ValueError)) and "safetensors" in str(e).lower():
+                raise
+            raise ValueError(f"cannot read safetensors file {path}: {e}") from e
+    return tensors
 
 
 def _check_finite(name: str, array: np.ndarray) -> None:
-  values = array.astype(np.float32) if array.dtype == ml_dtypes.bfloat16 else array
-  if np.issubdtype(values.dtype, np.floating) and not np.all(np.isfinite(values)):
-    bad = int(np.size(values) - np.count_nonzero(np.isfinite(values)))
-    raise ValueError(f"tensor {name!r} holds {bad} non-finite values (NaN/inf); refusing to load")
+    values = array.astype(np.float32) if array.dtype == ml_dtypes.bfloat16 else array
+    if np.issubdtype(values.dtype, np.floating) and not np.all(np.isfinite(values)):
+        bad = int(np.size(values) - np.count_nonzero(np.isfinite(values)))
+        raise ValueError(
+            f"tensor {name!r} holds {bad} non-finite values (NaN/inf); refusing to load"
+        )
 
 
 def load_state(module: Decoder, tensors: dict[str, np.ndarray]) -> None:
-  """Copy HF-named tensors into `module` in place; strict names, shapes and finiteness."""
-  config = module.config
-  names = hf_param_names(config)
-  # Tied checkpoints sometimes still ship lm_head.weight; it must equal the embedding.
-  extra = dict(tensors)
-  if config.tie_word_embeddings:
-    extra.pop("lm_head.weight", None)
-  missing = sorted(set(names) - set(extra))
-  unexpected = sorted(set(extra) - set(names))
-  if missing or unexpected:
-    raise ValueError(
-      "checkpoint tensor names do not match the model:\n"
-      + "".join(f"  - missing: {n}\n" for n in missing[:20])
-      + "".join(f"  + unexpected: {n}\n" for n in unexpected[:20])
-      + (f"  ({len(missing)} missing, {len(unexpected)} unexpected in all)" if
-         len(missing) + len(unexpected) > 40 else "")
-    )
-  state = nnx.state(module, nnx.Param)
-  flat = dict(nnx.to_flat_state(state))
-  dtype = jnp.dtype(config.dtype)
-  for name, (path, transpose) in names.items():
-    array = tensors[name]
-    _check_finite(name, array)
-    if transpose:
-      array = array.T
-    target = flat[path]
-    if tuple(array.shape) != tuple(target.shape):
-      raise ValueError(
-        f"tensor {name!r} has shape {tuple(array.shape)}, the model expects {tuple(target.shape)}"
-      )
-    target.set_value(jnp.asarray(array.astype(np.float32) if array.dtype == ml_dtypes.bfloat16
-                                 and dtype != jnp.bfloat16 else array, dtype))
-  nnx.update(module, state)
+    """Copy HF-named tensors into `module` in place; strict names, shapes and finiteness."""
+    config = module.config
+    names = hf_param_names(config)
+    # Tied checkpoints sometimes still ship lm_head.weight; it must equal the embedding.
+    extra = dict(tensors)
+    if config.tie_word_embeddings:
+        extra.pop("lm_head.weight", None)
+    missing = sorted(set(names) - set(extra))
+    unexpected = sorted(set(extra) - set(names))
+    if missing or unexpected:
+        raise ValueError(
+            "checkpoint tensor names do not match the model:\n"
+            + "".join(f"  - missing: {n}\n" for n in missing[:20])
+            + "".join(f"  + unexpected: {n}\n" for n in unexpected[:20])
+            + (
+                f"  ({len(missing)} missing, {len(unexpected)} unexpected in all)"
+                if len(missing) + len(unexpected) > 40
+                else ""
+            )
+        )
+    state = nnx.state(module, nnx.Param)
+    flat = dict(nnx.to_flat_state(state))
+    dtype = jnp.dtype(config.dtype)
+    for name, (path, transpose) in names.items():
+        array = tensors[name]
+        _check_finite(name, array)
+        if transpose:
+            array = array.T
+        target = flat[path]
+        if tuple(array.shape) != tuple(target.shape):
+            raise ValueError(
+                f"tensor {name!r} has shape {tuple(array.shape)}, the model expects {tuple(target.shape)}"
+            )
+        target.set_value(
+            jnp.asarray(
+                array.astype(np.float32)
+                if array.dtype == ml_dtypes.bfloat16 and dtype != jnp.bfloat16
+                else array,
+                dtype,
+            )
+        )
+    nnx.update(module, state)
 
 
 def load_model(path, *, dtype: str | None = None, load_tokenizer: bool = True) -> Model:
-  """Load a transformers checkpoint directory or a specjax training workdir.
+    """Load a transformers checkpoint directory or a specjax training workdir.
 
-  Args:
-    path: directory with config.json, model.safetensors (or a sharded index) and
-      tokenizer.json; or a specjax workdir (its latest exported `hf/` directory is used).
-    dtype: parameter dtype ("float32", "bfloat16"); default float32.
-    load_tokenizer: read tokenizer.json (required when True).
-  """
-  directory = Path(path)
-  if not directory.exists():
-    raise FileNotFoundError(f"model directory {directory} does not exist")
-  if not directory.is_dir():
-    raise FileNotFoundError(f"{directory} is not a directory")
-  if not (directory / "config.json").is_file() and (directory / "hf" / "config.json").is_file():
-    directory = directory / "hf"  # a specjax workdir: its exported HF model
-  if not (directory / "config.json").is_file():
-    raise FileNotFoundError(f"config.json is missing in {directory}")
-  config = config_from_hf(_read_json(directory / "config.json"))
-  config = dataclasses.replace(config, dtype=dtype or "float32")
-  files = _weight_files(directory)
-  tokenizer = None
-  if load_tokenizer:
-    if not (directory / "tokenizer.json").is_file():
-      raise FileNotFoundError(
-        f"tokenizer.json is missing in {directory} (pass load_tokenizer=False to skip it)")
-    from specjax.io.tokenizer import Tokenizer
+    Args:
+      path: directory with config.json, model.safetensors (or a sharded index) and
+        tokenizer.json; or a specjax workdir (its latest exported `hf/` directory is used).
+      dtype: parameter dtype ("float32", "bfloat16"); default float32.
+      load_tokenizer: read tokenizer.json (required when True).
+    """
+    directory = Path(path)
+    if not directory.exists():
+        raise FileNotFoundError(f"model directory {directory} does not exist")
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory} is not a directory")
+    if not (directory / "config.json").is_file() and (directory / "hf" / "config.json").is_file():
+        directory = directory / "hf"  # a specjax workdir: its exported HF model
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(f"config.json is missing in {directory}")
+    config = config_from_hf(_read_json(directory / "config.json"))
+    config = dataclasses.replace(config, dtype=dtype or "float32")
+    files = _weight_files(directory)
+    tokenizer = None
+    if load_tokenizer:
+        if not (directory / "tokenizer.json").is_file():
+            raise FileNotFoundError(
+                f"tokenizer.json is missing in {directory} (pass load_tokenizer=False to skip it)"
+            )
+        from specjax.io.tokenizer import Tokenizer
 
-    tokenizer = Tokenizer.from_dir(directory)
-    if not config.eos_token_ids and tokenizer.eos_token_ids:
-      config = dataclasses.replace(config, eos_token_ids=tuple(tokenizer.eos_token_ids))
-  module = nnx.eval_shape(lambda: Decoder(config, nnx.Rngs(0)))
-  load_state(module, read_safetensors(files))
-  return Model(module, tokenizer, str(directory))
+        tokenizer = Tokenizer.from_dir(directory)
+        if not config.eos_token_ids and tokenizer.eos_token_ids:
+            config = dataclasses.replace(config, eos_token_ids=tuple(tokenizer.eos_token_ids))
+    module = nnx.eval_shape(lambda: Decoder(config, nnx.Rngs(0)))
+    load_state(module, read_safetensors(files))
+    return Model(module, tokenizer, str(directory))
 
 
 # ----------------------------------------------------------------------------------- writing
 
+
 def export_state(module: Decoder) -> dict[str, np.ndarray]:
-  """HF-named numpy tensors of `module` (contiguous, ready for safetensors)."""
-  flat = dict(nnx.to_flat_state(nnx.state(module, nnx.Param)))
-  out = {}
-  for name, (path, transpose) in hf_param_names(module.config).items():
-    array = np.asarray(flat[path].get_value())
-    out[name] = np.ascontiguousarray(array.T if transpose else array)
-  return out
+    """HF-named numpy tensors of `module` (contiguous, ready for safetensors)."""
+    flat = dict(nnx.to_flat_state(nnx.state(module, nnx.Param)))
+    out = {}
+    for name, (path, transpose) in hf_param_names(module.config).items():
+        array = np.asarray(flat[path].get_value())
+        out[name] = np.ascontiguousarray(array.T if transpose else array)
+    return out
 
 
 def save_hf(model, out_dir) -> Path:
-  """Write config.json, model.safetensors and (if present) the tokenizer, in HF layout."""
-  model = as_model(model)
-  out = Path(out_dir)
-  out.mkdir(parents=True, exist_ok=True)
-  config = config_to_hf(model.config)
-  (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
-  save_file(export_state(model.module), str(out / SINGLE), metadata={"format": "pt"})
-  gen = {"bos_token_id": config.get("bos_token_id"), "eos_token_id": config.get("eos_token_id")}
-  (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
-  if model.tokenizer is not None:
-    model.tokenizer.save(out)
-  return out
+    """Write config.json, model.safetensors and (if present) the tokenizer, in HF layout."""
+    model = as_model(model)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config = config_to_hf(model.config)
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+    save_file(export_state(model.module), str(out / SINGLE), metadata={"format": "pt"})
+    gen = {"bos_token_id": config.get("bos_token_id"), "eos_token_id": config.get("eos_token_id")}
+    (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
+    if model.tokenizer is not None:
+        model.tokenizer.save(out)
+    return out

@@ -25,316 +25,350 @@ MASKED = -1e30  # finite large negative: a fully masked row stays NaN-free
 
 
 class ForwardOutput(NamedTuple):
-  logits: jax.Array  # [B, T, V] float32 (or [B, R, V] at `logit_index`)
-  hidden: jax.Array  # [B, T, D] final feature before the last norm
-  features: tuple  # each [B, T, D]: residual stream entering each requested layer
-  cache: KVCache
+    logits: jax.Array  # [B, T, V] float32 (or [B, R, V] at `logit_index`)
+    hidden: jax.Array  # [B, T, D] final feature before the last norm
+    features: tuple  # each [B, T, D]: residual stream entering each requested layer
+    cache: KVCache
 
 
 def _dense(rngs, d_in, d_out, bias, dtype):
-  return nnx.Linear(
-    d_in, d_out, use_bias=bias, dtype=dtype, param_dtype=dtype, rngs=rngs,
-    kernel_init=nnx.initializers.normal(0.02),
-  )
+    return nnx.Linear(
+        d_in,
+        d_out,
+        use_bias=bias,
+        dtype=dtype,
+        param_dtype=dtype,
+        rngs=rngs,
+        kernel_init=nnx.initializers.normal(0.02),
+    )
 
 
 class RMSNorm(nnx.Module):
-  def __init__(self, dim: int, eps: float, dtype):
-    self.weight = nnx.Param(jnp.ones((dim,), dtype))
-    self.eps = eps
+    def __init__(self, dim: int, eps: float, dtype):
+        self.weight = nnx.Param(jnp.ones((dim,), dtype))
+        self.eps = eps
 
-  def __call__(self, x):
-    x32 = x.astype(jnp.float32)
-    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-    return self.weight[...] * normed.astype(x.dtype)
+    def __call__(self, x):
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return self.weight[...] * normed.astype(x.dtype)
 
 
 class LayerNorm(nnx.Module):
-  def __init__(self, dim: int, eps: float, dtype):
-    self.weight = nnx.Param(jnp.ones((dim,), dtype))
-    self.bias = nnx.Param(jnp.zeros((dim,), dtype))
-    self.eps = eps
+    def __init__(self, dim: int, eps: float, dtype):
+        self.weight = nnx.Param(jnp.ones((dim,), dtype))
+        self.bias = nnx.Param(jnp.zeros((dim,), dtype))
+        self.eps = eps
 
-  def __call__(self, x):
-    x32 = x.astype(jnp.float32)
-    mean = jnp.mean(x32, axis=-1, keepdims=True)
-    var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
-    normed = (x32 - mean) * jax.lax.rsqrt(var + self.eps)
-    return (normed * self.weight[...] + self.bias[...]).astype(x.dtype)
+    def __call__(self, x):
+        x32 = x.astype(jnp.float32)
+        mean = jnp.mean(x32, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
+        normed = (x32 - mean) * jax.lax.rsqrt(var + self.eps)
+        return (normed * self.weight[...] + self.bias[...]).astype(x.dtype)
 
 
 def apply_rope(x, cos, sin):
-  """Rotate-half RoPE (the HF Llama convention). x: [B, T, N, H]; cos, sin: [B, T, H/2]."""
-  x32 = x.astype(jnp.float32)
-  x1, x2 = jnp.split(x32, 2, axis=-1)  # [B, T, N, H/2] each
-  c, s = cos[:, :, None, :], sin[:, :, None, :]  # [B, T, 1, H/2]
-  return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).astype(x.dtype)
+    """Rotate-half RoPE (the HF Llama convention). x: [B, T, N, H]; cos, sin: [B, T, H/2]."""
+    x32 = x.astype(jnp.float32)
+    x1, x2 = jnp.split(x32, 2, axis=-1)  # [B, T, N, H/2] each
+    c, s = cos[:, :, None, :], sin[:, :, None, :]  # [B, T, 1, H/2]
+    return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).astype(x.dtype)
 
 
 def attend(q, k, v, mask, scale):
-  """Grouped-query attention over all cache slots, masked by index.
+    """Grouped-query attention over all cache slots, masked by index.
 
-  Args:
-    q: [B, T, N, H]; k, v: [B, S, K, H]; mask: [B, T, S] bool.
-  Returns:
-    [B, T, N, H].
-  """
-  B, T, N, H = q.shape
-  K = k.shape[2]
-  q = q.reshape(B, T, K, N // K, H)  # [B, T, K, G, H]
-  # Scores and softmax in float32 whatever the activation dtype.
-  scores = jnp.einsum("btkgh,bskh->bkgts", q, k, preferred_element_type=jnp.float32) * scale
-  scores = jnp.where(mask[:, None, None], scores, MASKED)  # [B, K, G, T, S]
-  probs = jax.nn.softmax(scores, axis=-1)  # [B, K, G, T, S]
-  # A slot nobody may see can hold anything (stale, poisoned, NaN): zero it so 0 * NaN cannot leak.
-  visible = jnp.any(mask, axis=1)  # [B, S]
-  v = jnp.where(visible[:, :, None, None], v, jnp.zeros((), v.dtype))  # [B, S, K, H]
-  out = jnp.einsum("bkgts,bskh->btkgh", probs.astype(v.dtype), v)  # [B, T, K, G, H]
-  return out.reshape(B, T, N, H)
+    Args:
+      q: [B, T, N, H]; k, v: [B, S, K, H]; mask: [B, T, S] bool.
+    Returns:
+      [B, T, N, H].
+    """
+    B, T, N, H = q.shape
+    K = k.shape[2]
+    q = q.reshape(B, T, K, N // K, H)  # [B, T, K, G, H]
+    # Scores and softmax in float32 whatever the activation dtype.
+    scores = jnp.einsum("btkgh,bskh->bkgts", q, k, preferred_element_type=jnp.float32) * scale
+    scores = jnp.where(mask[:, None, None], scores, MASKED)  # [B, K, G, T, S]
+    probs = jax.nn.softmax(scores, axis=-1)  # [B, K, G, T, S]
+    # A slot nobody may see can hold anything (stale, poisoned, NaN): zero it so 0 * NaN cannot leak.
+    visible = jnp.any(mask, axis=1)  # [B, S]
+    v = jnp.where(visible[:, :, None, None], v, jnp.zeros((), v.dtype))  # [B, S, K, H]
+    out = jnp.einsum("bkgts,bskh->btkgh", probs.astype(v.dtype), v)  # [B, T, K, G, H]
+    return out.reshape(B, T, N, H)
 
 
 class Attention(nnx.Module):
-  """Self-attention; Llama names (q/k/v/o_proj, q/k_norm) or GPT-2 names (c_attn, c_proj)."""
+    """Self-attention; Llama names (q/k/v/o_proj, q/k_norm) or GPT-2 names (c_attn, c_proj)."""
 
-  def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
-    D, N, K, H = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
-    dt = jnp.dtype(config.dtype)
-    self.config = config
-    if config.is_llama:
-      bias = config.attention_bias
-      self.q_proj = _dense(rngs, D, N * H, bias, dt)
-      self.k_proj = _dense(rngs, D, K * H, bias, dt)
-      self.v_proj = _dense(rngs, D, K * H, bias, dt)
-      self.o_proj = _dense(rngs, N * H, D, bias and config.model_type == "llama", dt)
-      if config.qk_norm:
-        self.q_norm = RMSNorm(H, config.norm_eps, dt)
-        self.k_norm = RMSNorm(H, config.norm_eps, dt)
-    else:
-      self.c_attn = _dense(rngs, D, 3 * D, True, dt)
-      self.c_proj = _dense(rngs, D, D, True, dt)
+    def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
+        D, N, K, H = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
+        dt = jnp.dtype(config.dtype)
+        self.config = config
+        if config.is_llama:
+            bias = config.attention_bias
+            self.q_proj = _dense(rngs, D, N * H, bias, dt)
+            self.k_proj = _dense(rngs, D, K * H, bias, dt)
+            self.v_proj = _dense(rngs, D, K * H, bias, dt)
+            self.o_proj = _dense(rngs, N * H, D, bias and config.model_type == "llama", dt)
+            if config.qk_norm:
+                self.q_norm = RMSNorm(H, config.norm_eps, dt)
+                self.k_norm = RMSNorm(H, config.norm_eps, dt)
+        else:
+            self.c_attn = _dense(rngs, D, 3 * D, True, dt)
+            self.c_proj = _dense(rngs, D, D, True, dt)
 
-  def qkv(self, x):
-    """x: [B, T, D] -> q [B, T, N, H], k, v [B, T, K, H]."""
-    c = self.config
-    B, T, _ = x.shape
-    if not c.is_llama:
-      q, k, v = jnp.split(self.c_attn(x), 3, axis=-1)  # [B, T, D] each
-      return (q.reshape(B, T, c.num_heads, c.head_dim), k.reshape(B, T, c.num_heads, c.head_dim),
-              v.reshape(B, T, c.num_heads, c.head_dim))
-    q = self.q_proj(x).reshape(B, T, c.num_heads, c.head_dim)  # [B, T, N, H]
-    k = self.k_proj(x).reshape(B, T, c.num_kv_heads, c.head_dim)  # [B, T, K, H]
-    v = self.v_proj(x).reshape(B, T, c.num_kv_heads, c.head_dim)  # [B, T, K, H]
-    if c.qk_norm:
-      q, k = self.q_norm(q), self.k_norm(k)
-    return q, k, v
+    def qkv(self, x):
+        """x: [B, T, D] -> q [B, T, N, H], k, v [B, T, K, H]."""
+        c = self.config
+        B, T, _ = x.shape
+        if not c.is_llama:
+            q, k, v = jnp.split(self.c_attn(x), 3, axis=-1)  # [B, T, D] each
+            return (
+                q.reshape(B, T, c.num_heads, c.head_dim),
+                k.reshape(B, T, c.num_heads, c.head_dim),
+                v.reshape(B, T, c.num_heads, c.head_dim),
+            )
+        q = self.q_proj(x).reshape(B, T, c.num_heads, c.head_dim)  # [B, T, N, H]
+        k = self.k_proj(x).reshape(B, T, c.num_kv_heads, c.head_dim)  # [B, T, K, H]
+        v = self.v_proj(x).reshape(B, T, c.num_kv_heads, c.head_dim)  # [B, T, K, H]
+        if c.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v
 
-  def __call__(self, x, rope, cache: KVCache, layer: int, mask, offset):
-    """x: [B, T, D]; rope: (cos, sin) [B, T, H/2] or None; mask: [B, T, S]; offset: [B]."""
-    B, T, _ = x.shape
-    q, k, v = self.qkv(x)
-    if rope is not None:
-      q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-    cache, k_all, v_all = cache.write_layer(layer, k, v, offset)  # [B, S, K, H] each
-    out = attend(q, k_all, v_all, mask, 1.0 / math.sqrt(self.config.head_dim))  # [B, T, N, H]
-    out = out.reshape(B, T, -1)  # [B, T, N*H]
-    return (self.o_proj(out) if self.config.is_llama else self.c_proj(out)), cache
+    def __call__(self, x, rope, cache: KVCache, layer: int, mask, offset):
+        """x: [B, T, D]; rope: (cos, sin) [B, T, H/2] or None; mask: [B, T, S]; offset: [B]."""
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        cache, k_all, v_all = cache.write_layer(layer, k, v, offset)  # [B, S, K, H] each
+        out = attend(q, k_all, v_all, mask, 1.0 / math.sqrt(self.config.head_dim))  # [B, T, N, H]
+        out = out.reshape(B, T, -1)  # [B, T, N*H]
+        return (self.o_proj(out) if self.config.is_llama else self.c_proj(out)), cache
 
 
 class MLP(nnx.Module):
-  """SwiGLU (gate/up/down_proj) for Llama; GELU (c_fc, c_proj) for GPT-2."""
+    """SwiGLU (gate/up/down_proj) for Llama; GELU (c_fc, c_proj) for GPT-2."""
 
-  def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
-    D, F, dt = config.hidden_size, config.intermediate_size, jnp.dtype(config.dtype)
-    self.is_llama = config.is_llama
-    self.exact_gelu = config.hidden_act == "gelu"
-    if self.is_llama:
-      self.gate_proj = _dense(rngs, D, F, False, dt)
-      self.up_proj = _dense(rngs, D, F, False, dt)
-      self.down_proj = _dense(rngs, F, D, False, dt)
-    else:
-      self.c_fc = _dense(rngs, D, F, True, dt)
-      self.c_proj = _dense(rngs, F, D, True, dt)
+    def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
+        D, F, dt = config.hidden_size, config.intermediate_size, jnp.dtype(config.dtype)
+        self.is_llama = config.is_llama
+        self.exact_gelu = config.hidden_act == "gelu"
+        if self.is_llama:
+            self.gate_proj = _dense(rngs, D, F, False, dt)
+            self.up_proj = _dense(rngs, D, F, False, dt)
+            self.down_proj = _dense(rngs, F, D, False, dt)
+        else:
+            self.c_fc = _dense(rngs, D, F, True, dt)
+            self.c_proj = _dense(rngs, F, D, True, dt)
 
-  def __call__(self, x):  # [B, T, D] -> [B, T, D]
-    if self.is_llama:
-      return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
-    return self.c_proj(jax.nn.gelu(self.c_fc(x), approximate=not self.exact_gelu))
+    def __call__(self, x):  # [B, T, D] -> [B, T, D]
+        if self.is_llama:
+            return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.c_proj(jax.nn.gelu(self.c_fc(x), approximate=not self.exact_gelu))
 
 
 class Block(nnx.Module):
-  def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
-    dt = jnp.dtype(config.dtype)
-    Norm = RMSNorm if config.is_llama else LayerNorm
-    if config.is_llama:
-      self.input_layernorm = Norm(config.hidden_size, config.norm_eps, dt)
-      self.self_attn = Attention(config, rngs)
-      self.post_attention_layernorm = Norm(config.hidden_size, config.norm_eps, dt)
-    else:
-      self.ln_1 = Norm(config.hidden_size, config.norm_eps, dt)
-      self.attn = Attention(config, rngs)
-      self.ln_2 = Norm(config.hidden_size, config.norm_eps, dt)
-    self.mlp = MLP(config, rngs)
-    self.is_llama = config.is_llama
+    def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
+        dt = jnp.dtype(config.dtype)
+        Norm = RMSNorm if config.is_llama else LayerNorm
+        if config.is_llama:
+            self.input_layernorm = Norm(config.hidden_size, config.norm_eps, dt)
+            self.self_attn = Attention(config, rngs)
+            self.post_attention_layernorm = Norm(config.hidden_size, config.norm_eps, dt)
+        else:
+            self.ln_1 = Norm(config.hidden_size, config.norm_eps, dt)
+            self.attn = Attention(config, rngs)
+            self.ln_2 = Norm(config.hidden_size, config.norm_eps, dt)
+        self.mlp = MLP(config, rngs)
+        self.is_llama = config.is_llama
 
-  def __call__(self, x, rope, cache, layer, mask, offset):
-    if self.is_llama:
-      norm1, attn, norm2 = self.input_layernorm, self.self_attn, self.post_attention_layernorm
-    else:
-      norm1, attn, norm2 = self.ln_1, self.attn, self.ln_2
-    with jax.named_scope("attention"):
-      a, cache = attn(norm1(x), rope, cache, layer, mask, offset)
-    x = x + a  # [B, T, D]
-    with jax.named_scope("mlp"):
-      x = x + self.mlp(norm2(x))  # [B, T, D]
-    return x, cache
+    def __call__(self, x, rope, cache, layer, mask, offset):
+        if self.is_llama:
+            norm1, attn, norm2 = self.input_layernorm, self.self_attn, self.post_attention_layernorm
+        else:
+            norm1, attn, norm2 = self.ln_1, self.attn, self.ln_2
+        with jax.named_scope("attention"):
+            a, cache = attn(norm1(x), rope, cache, layer, mask, offset)
+        x = x + a  # [B, T, D]
+        with jax.named_scope("mlp"):
+            x = x + self.mlp(norm2(x))  # [B, T, D]
+        return x, cache
 
 
 class Decoder(nnx.Module):
-  """A causal LM. `config.model_type` picks Llama-family or GPT-2 modules."""
+    """A causal LM. `config.model_type` picks Llama-family or GPT-2 modules."""
 
-  def __init__(self, config: ModelConfig, rngs: nnx.Rngs | None = None, *, seed: int = 0):
-    rngs = rngs if rngs is not None else nnx.Rngs(seed)
-    self.config = config
-    D, V, dt = config.hidden_size, config.vocab_size, jnp.dtype(config.dtype)
-    embed = lambda n: nnx.Embed(n, D, dtype=dt, param_dtype=dt, rngs=rngs,
-                                embedding_init=nnx.initializers.normal(0.02))
-    blocks = nnx.List([Block(config, rngs) for _ in range(config.num_layers)])
-    if config.is_llama:
-      self.embed_tokens = embed(V)
-      self.layers = blocks
-      self.norm = RMSNorm(D, config.norm_eps, dt)
-    else:
-      self.wte = embed(V)
-      self.wpe = embed(config.max_position_embeddings)
-      self.h = blocks
-      self.ln_f = LayerNorm(D, config.norm_eps, dt)
-    if not config.tie_word_embeddings:
-      self.lm_head = _dense(rngs, D, V, False, dt)
+    def __init__(self, config: ModelConfig, rngs: nnx.Rngs | None = None, *, seed: int = 0):
+        rngs = rngs if rngs is not None else nnx.Rngs(seed)
+        self.config = config
+        D, V, dt = config.hidden_size, config.vocab_size, jnp.dtype(config.dtype)
+        embed = lambda n: nnx.Embed(
+            n, D, dtype=dt, param_dtype=dt, rngs=rngs, embedding_init=nnx.initializers.normal(0.02)
+        )
+        blocks = nnx.List([Block(config, rngs) for _ in range(config.num_layers)])
+        if config.is_llama:
+            self.embed_tokens = embed(V)
+            self.layers = blocks
+            self.norm = RMSNorm(D, config.norm_eps, dt)
+        else:
+            self.wte = embed(V)
+            self.wpe = embed(config.max_position_embeddings)
+            self.h = blocks
+            self.ln_f = LayerNorm(D, config.norm_eps, dt)
+        if not config.tie_word_embeddings:
+            self.lm_head = _dense(rngs, D, V, False, dt)
 
-  @property
-  def blocks(self):
-    return self.layers if self.config.is_llama else self.h
+    @property
+    def blocks(self):
+        return self.layers if self.config.is_llama else self.h
 
-  @property
-  def embedder(self) -> nnx.Embed:
-    return self.embed_tokens if self.config.is_llama else self.wte
+    @property
+    def embedder(self) -> nnx.Embed:
+        return self.embed_tokens if self.config.is_llama else self.wte
 
-  def embed(self, tokens, positions):
-    """tokens, positions: [B, T] -> [B, T, D]."""
-    x = self.embedder(tokens)
-    if not self.config.is_llama:
-      x = x + self.wpe(positions)
-    return x
+    def embed(self, tokens, positions):
+        """tokens, positions: [B, T] -> [B, T, D]."""
+        x = self.embedder(tokens)
+        if not self.config.is_llama:
+            x = x + self.wpe(positions)
+        return x
 
-  def final_norm(self, h):
-    return self.norm(h) if self.config.is_llama else self.ln_f(h)
+    def final_norm(self, h):
+        return self.norm(h) if self.config.is_llama else self.ln_f(h)
 
-  def lm_logits(self, h):
-    """Final norm then the LM head. h: [..., D] (pre-norm feature) -> [..., V] float32."""
-    x = self.final_norm(h)
-    if self.config.tie_word_embeddings:
-      logits = self.embedder.attend(x)
-    else:
-      logits = self.lm_head(x)
-    return logits.astype(jnp.float32)
+    def lm_logits(self, h):
+        """Final norm then the LM head. h: [..., D] (pre-norm feature) -> [..., V] float32."""
+        x = self.final_norm(h)
+        if self.config.tie_word_embeddings:
+            logits = self.embedder.attend(x)
+        else:
+            logits = self.lm_head(x)
+        return logits.astype(jnp.float32)
 
-  def rope(self, positions):
-    if not self.config.is_llama:
-      return None
-    inv_freq = jnp.asarray(rope_inv_freq(self.config), jnp.float32)  # [H/2], a compile-time constant
-    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, H/2]
-    return jnp.cos(angles), jnp.sin(angles)
+    def rope(self, positions):
+        if not self.config.is_llama:
+            return None
+        inv_freq = jnp.asarray(
+            rope_inv_freq(self.config), jnp.float32
+        )  # [H/2], a compile-time constant
+        angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, H/2]
+        return jnp.cos(angles), jnp.sin(angles)
 
-  def attention_mask(self, cache: KVCache, positions, block_mask, offset):
-    """[B, T, S] bool: committed slots, visible block slots, and the sliding window."""
-    B, T = positions.shape
-    if block_mask is None:
-      block_mask = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool)), (B, T, T))
-    elif block_mask.ndim == 2:
-      block_mask = jnp.broadcast_to(block_mask, (B, *block_mask.shape))
-    mask = cache.attention_mask(block_mask)  # [B, T, S]
-    window = self.config.sliding_window
-    if window is not None and window < cache.max_len:
-      # Key positions: committed slot s holds position s; a block slot holds its node's position.
-      slots = jnp.arange(cache.max_len, dtype=jnp.int32)  # [S]
-      rel = slots[None, :] - offset[:, None]  # [B, S]
-      in_block = (rel >= 0) & (rel < T)
-      block_pos = jnp.take_along_axis(positions, jnp.clip(rel, 0, T - 1), axis=1)  # [B, S]
-      key_pos = jnp.where(in_block, block_pos, slots[None, :])  # [B, S]
-      mask &= positions[:, :, None] - key_pos[:, None, :] < window  # [B, T, S]
-    return mask
+    def attention_mask(self, cache: KVCache, positions, block_mask, offset):
+        """[B, T, S] bool: committed slots, visible block slots, and the sliding window."""
+        B, T = positions.shape
+        if block_mask is None:
+            block_mask = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool)), (B, T, T))
+        elif block_mask.ndim == 2:
+            block_mask = jnp.broadcast_to(block_mask, (B, *block_mask.shape))
+        mask = cache.attention_mask(block_mask)  # [B, T, S]
+        window = self.config.sliding_window
+        if window is not None and window < cache.max_len:
+            # Key positions: committed slot s holds position s; a block slot holds its node's position.
+            slots = jnp.arange(cache.max_len, dtype=jnp.int32)  # [S]
+            rel = slots[None, :] - offset[:, None]  # [B, S]
+            in_block = (rel >= 0) & (rel < T)
+            block_pos = jnp.take_along_axis(positions, jnp.clip(rel, 0, T - 1), axis=1)  # [B, S]
+            key_pos = jnp.where(in_block, block_pos, slots[None, :])  # [B, S]
+            mask &= positions[:, :, None] - key_pos[:, None, :] < window  # [B, T, S]
+        return mask
 
-  def __call__(self, tokens, positions, cache: KVCache, block_mask=None, *, offset=None,
-               feature_layers: tuple[int, ...] = (), logit_index=None) -> ForwardOutput:
-    """Run T new tokens per row through the decoder, writing their K/V at lengths[b]...
+    def __call__(
+        self,
+        tokens,
+        positions,
+        cache: KVCache,
+        block_mask=None,
+        *,
+        offset=None,
+        feature_layers: tuple[int, ...] = (),
+        logit_index=None,
+    ) -> ForwardOutput:
+        """Run T new tokens per row through the decoder, writing their K/V at lengths[b]...
 
-    Args:
-      tokens: [B, T] int32. positions: [B, T] int32 (committed length + depth in the block).
-      cache: KVCache; the block is written but not committed (lengths unchanged).
-      block_mask: [B, T, W] or [T, W] bool: query t sees slot lengths[b] + j; None = causal
-        (W = T). A tree's nodes see their ancestors through it.
-      offset: [B] int32 slot where the T tokens are written; None = lengths. A drafter that
-        fills a tree level by level writes each level after lengths[b] at its node indices.
-      feature_layers: static layer ids whose incoming residual stream to return (EAGLE-3).
-      logit_index: optional [B, R] int32 block indices; logits only there ([B, R, V]).
-    Returns:
-      ForwardOutput(logits, hidden, features, cache).
-    """
-    x = self.embed(tokens, positions)  # [B, T, D]
-    rope = self.rope(positions)
-    offset = cache.lengths if offset is None else offset  # [B]
-    mask = self.attention_mask(cache, positions, block_mask, offset)  # [B, T, S]
-    features = []
-    for i, block in enumerate(self.blocks):
-      if i in feature_layers:
-        features.append(x)
-      with jax.named_scope(f"layer_{i}"):
-        x, cache = block(x, rope, cache, i, mask, offset)
-    hidden = x  # [B, T, D]
-    if logit_index is not None:
-      x = jnp.take_along_axis(x, logit_index[:, :, None], axis=1)  # [B, R, D]
-    return ForwardOutput(self.lm_logits(x), hidden, tuple(features), cache)
+        Args:
+          tokens: [B, T] int32. positions: [B, T] int32 (committed length + depth in the block).
+          cache: KVCache; the block is written but not committed (lengths unchanged).
+          block_mask: [B, T, W] or [T, W] bool: query t sees slot lengths[b] + j; None = causal
+            (W = T). A tree's nodes see their ancestors through it.
+          offset: [B] int32 slot where the T tokens are written; None = lengths. A drafter that
+            fills a tree level by level writes each level after lengths[b] at its node indices.
+          feature_layers: static layer ids whose incoming residual stream to return (EAGLE-3).
+          logit_index: optional [B, R] int32 block indices; logits only there ([B, R, V]).
+        Returns:
+          ForwardOutput(logits, hidden, features, cache).
+        """
+        x = self.embed(tokens, positions)  # [B, T, D]
+        rope = self.rope(positions)
+        offset = cache.lengths if offset is None else offset  # [B]
+        mask = self.attention_mask(cache, positions, block_mask, offset)  # [B, T, S]
+        features = []
+        for i, block in enumerate(self.blocks):
+            if i in feature_layers:
+                features.append(x)
+            with jax.named_scope(f"layer_{i}"):
+                x, cache = block(x, rope, cache, i, mask, offset)
+        hidden = x  # [B, T, D]
+        if logit_index is not None:
+            x = jnp.take_along_axis(x, logit_index[:, :, None], axis=1)  # [B, R, D]
+        return ForwardOutput(self.lm_logits(x), hidden, tuple(features), cache)
 
 
 def hf_param_names(config: ModelConfig) -> dict[str, tuple[tuple, bool]]:
-  """Map each HF tensor name to (nnx state path, transpose?) for `config`.
+    """Map each HF tensor name to (nnx state path, transpose?) for `config`.
 
-  HF nn.Linear stores [out, in] (transpose into an NNX kernel [in, out]); GPT-2's Conv1D already
-  stores [in, out].
-  """
-  names: dict[str, tuple[tuple, bool]] = {}
-  if config.is_llama:
-    names["model.embed_tokens.weight"] = (("embed_tokens", "embedding"), False)
-    names["model.norm.weight"] = (("norm", "weight"), False)
+    HF nn.Linear stores [out, in] (transpose into an NNX kernel [in, out]); GPT-2's Conv1D already
+    stores [in, out].
+    """
+    names: dict[str, tuple[tuple, bool]] = {}
+    if config.is_llama:
+        names["model.embed_tokens.weight"] = (("embed_tokens", "embedding"), False)
+        names["model.norm.weight"] = (("norm", "weight"), False)
+        for i in range(config.num_layers):
+            pre, path = f"model.layers.{i}.", ("layers", i)
+            for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                names[f"{pre}self_attn.{proj}.weight"] = (
+                    (*path, "self_attn", proj, "kernel"),
+                    True,
+                )
+                bias = config.attention_bias and (proj != "o_proj" or config.model_type == "llama")
+                if bias:
+                    names[f"{pre}self_attn.{proj}.bias"] = (
+                        (*path, "self_attn", proj, "bias"),
+                        False,
+                    )
+            if config.qk_norm:
+                for norm in ("q_norm", "k_norm"):
+                    names[f"{pre}self_attn.{norm}.weight"] = (
+                        (*path, "self_attn", norm, "weight"),
+                        False,
+                    )
+            for proj in ("gate_proj", "up_proj", "down_proj"):
+                names[f"{pre}mlp.{proj}.weight"] = ((*path, "mlp", proj, "kernel"), True)
+            for norm in ("input_layernorm", "post_attention_layernorm"):
+                names[f"{pre}{norm}.weight"] = ((*path, norm, "weight"), False)
+        if not config.tie_word_embeddings:
+            names["lm_head.weight"] = (("lm_head", "kernel"), True)
+        return names
+    names["transformer.wte.weight"] = (("wte", "embedding"), False)
+    names["transformer.wpe.weight"] = (("wpe", "embedding"), False)
+    for part in ("weight", "bias"):
+        names[f"transformer.ln_f.{part}"] = (("ln_f", part), False)
     for i in range(config.num_layers):
-      pre, path = f"model.layers.{i}.", ("layers", i)
-      for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
-        names[f"{pre}self_attn.{proj}.weight"] = ((*path, "self_attn", proj, "kernel"), True)
-        bias = config.attention_bias and (proj != "o_proj" or config.model_type == "llama")
-        if bias:
-          names[f"{pre}self_attn.{proj}.bias"] = ((*path, "self_attn", proj, "bias"), False)
-      if config.qk_norm:
-        for norm in ("q_norm", "k_norm"):
-          names[f"{pre}self_attn.{norm}.weight"] = ((*path, "self_attn", norm, "weight"), False)
-      for proj in ("gate_proj", "up_proj", "down_proj"):
-        names[f"{pre}mlp.{proj}.weight"] = ((*path, "mlp", proj, "kernel"), True)
-      for norm in ("input_layernorm", "post_attention_layernorm"):
-        names[f"{pre}{norm}.weight"] = ((*path, norm, "weight"), False)
+        pre, path = f"transformer.h.{i}.", ("h", i)
+        for mod, sub in (
+            ("attn", "c_attn"),
+            ("attn", "c_proj"),
+            ("mlp", "c_fc"),
+            ("mlp", "c_proj"),
+        ):
+            names[f"{pre}{mod}.{sub}.weight"] = ((*path, mod, sub, "kernel"), False)
+            names[f"{pre}{mod}.{sub}.bias"] = ((*path, mod, sub, "bias"), False)
+        for norm in ("ln_1", "ln_2"):
+            for part in ("weight", "bias"):
+                names[f"{pre}{norm}.{part}"] = ((*path, norm, part), False)
     if not config.tie_word_embeddings:
-      names["lm_head.weight"] = (("lm_head", "kernel"), True)
+        names["lm_head.weight"] = (("lm_head", "kernel"), True)
     return names
-  names["transformer.wte.weight"] = (("wte", "embedding"), False)
-  names["transformer.wpe.weight"] = (("wpe", "embedding"), False)
-  for part in ("weight", "bias"):
-    names[f"transformer.ln_f.{part}"] = (("ln_f", part), False)
-  for i in range(config.num_layers):
-    pre, path = f"transformer.h.{i}.", ("h", i)
-    for mod, sub in (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj")):
-      names[f"{pre}{mod}.{sub}.weight"] = ((*path, mod, sub, "kernel"), False)
-      names[f"{pre}{mod}.{sub}.bias"] = ((*path, mod, sub, "bias"), False)
-    for norm in ("ln_1", "ln_2"):
-      for part in ("weight", "bias"):
-        names[f"{pre}{norm}.{part}"] = ((*path, norm, part), False)
-  if not config.tie_word_embeddings:
-    names["lm_head.weight"] = (("lm_head", "kernel"), True)
-  return names

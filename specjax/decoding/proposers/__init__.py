@@ -4,8 +4,8 @@ from specjax.decoding.proposers.draft_model import DraftModelProposer
 from specjax.decoding.proposers.ngram import NgramProposer
 
 PROPOSERS = {
-  "draft_model": DraftModelProposer,
-  "ngram": NgramProposer,
+    "draft_model": DraftModelProposer,
+    "ngram": NgramProposer,
 }
 
 __all__ = ["PROPOSERS", "DraftModelProposer", "NgramProposer"]

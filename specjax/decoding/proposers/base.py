@@ -20,8 +20,8 @@ from flax import struct
 
 @struct.dataclass
 class Draft:
-  """One static-shape draft block (node 0 is the root: the pending token)."""
+    """One static-shape draft block (node 0 is the root: the pending token)."""
 
-  tokens: jax.Array  # [B, P+1] int32
-  valid: jax.Array  # [B, P+1] bool: node offered to the verifier
-  probs: jax.Array | None = None  # [B, P+1, V] q each node was drawn from (probabilistic)
+    tokens: jax.Array  # [B, P+1] int32
+    valid: jax.Array  # [B, P+1] bool: node offered to the verifier
+    probs: jax.Array | None = None  # [B, P+1, V] q each node was drawn from (probabilistic)

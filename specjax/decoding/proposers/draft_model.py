@@ -28,123 +28,129 @@ from specjax.decoding.trees import Tree
 
 @struct.dataclass
 class DraftModelState:
-  cache: KVCache  # the draft's cache; lengths equal the target's committed lengths
-  prev: jax.Array  # [B] int32 the token at position L-1 (last committed)
+    cache: KVCache  # the draft's cache; lengths equal the target's committed lengths
+    prev: jax.Array  # [B] int32 the token at position L-1 (last committed)
 
 
 def _levels(tree: Tree) -> tuple[tuple[int, int], ...]:
-  """(start, end) node-index ranges per depth; the static trees here are breadth-first."""
-  depth = tree.depth.tolist()
-  levels = []
-  for d in range(tree.max_depth + 1):
-    idx = [j for j, dj in enumerate(depth) if dj == d]
-    if idx != list(range(idx[0], idx[-1] + 1)):
-      raise ValueError(f"draft tree nodes at depth {d} are not contiguous: {idx}")
-    levels.append((idx[0], idx[-1] + 1))
-  return tuple(levels)
+    """(start, end) node-index ranges per depth; the static trees here are breadth-first."""
+    depth = tree.depth.tolist()
+    levels = []
+    for d in range(tree.max_depth + 1):
+        idx = [j for j, dj in enumerate(depth) if dj == d]
+        if idx != list(range(idx[0], idx[-1] + 1)):
+            raise ValueError(f"draft tree nodes at depth {d} are not contiguous: {idx}")
+        levels.append((idx[0], idx[-1] + 1))
+    return tuple(levels)
 
 
 @dataclasses.dataclass(frozen=True)
 class DraftModelProposer:
-  graphdef: Any
-  tree: Tree
-  mode: str  # verification mode: decides top-k children vs sampled children
-  max_positions: int
+    graphdef: Any
+    tree: Tree
+    mode: str  # verification mode: decides top-k children vs sampled children
+    max_positions: int
 
-  @classmethod
-  def build(cls, cfg, draft):
-    graphdef, params = nnx.split(draft.module)
-    return cls(graphdef, cfg.tree, cfg.verification,
-               draft.config.max_position_embeddings), params
+    @classmethod
+    def build(cls, cfg, draft):
+        graphdef, params = nnx.split(draft.module)
+        return cls(
+            graphdef, cfg.tree, cfg.verification, draft.config.max_position_embeddings
+        ), params
 
-  @property
-  def sampled(self) -> bool:
-    return self.mode == "probabilistic"
+    @property
+    def sampled(self) -> bool:
+        return self.mode == "probabilistic"
 
-  def _model(self, params):
-    return nnx.merge(self.graphdef, params)
+    def _model(self, params):
+        return nnx.merge(self.graphdef, params)
 
-  def init(self, static, params, state, prompt, prompt_len, target_out):
-    model = self._model(params)
-    B, Tp = prompt.shape
-    cache = KVCache.for_model(model.config, B, static.cache_len)
-    positions = jnp.minimum(jnp.broadcast_to(jnp.arange(Tp, dtype=jnp.int32), (B, Tp)),
-                            self.max_positions - 1)  # [B, Tp]
-    out = model(prompt, positions, cache, logit_index=jnp.zeros((B, 1), jnp.int32))
-    prev = jnp.take_along_axis(prompt, jnp.maximum(prompt_len - 1, 0)[:, None], axis=1)[:, 0]
-    return DraftModelState(out.cache.replace(lengths=prompt_len.astype(jnp.int32)), prev)
+    def init(self, static, params, state, prompt, prompt_len, target_out):
+        model = self._model(params)
+        B, Tp = prompt.shape
+        cache = KVCache.for_model(model.config, B, static.cache_len)
+        positions = jnp.minimum(
+            jnp.broadcast_to(jnp.arange(Tp, dtype=jnp.int32), (B, Tp)), self.max_positions - 1
+        )  # [B, Tp]
+        out = model(prompt, positions, cache, logit_index=jnp.zeros((B, 1), jnp.int32))
+        prev = jnp.take_along_axis(prompt, jnp.maximum(prompt_len - 1, 0)[:, None], axis=1)[:, 0]
+        return DraftModelState(out.cache.replace(lengths=prompt_len.astype(jnp.int32)), prev)
 
-  def _children(self, q_logp, parent_idx, ranks, key, first_node):
-    """Draft tokens for nodes whose parents' processed log-probs are q_logp.
+    def _children(self, q_logp, parent_idx, ranks, key, first_node):
+        """Draft tokens for nodes whose parents' processed log-probs are q_logp.
 
-    Args:
-      q_logp: [B, n, V] processed draft log-probs of the parent level's nodes.
-      parent_idx: static list, for each child node, its parent's index within that level.
-      ranks: static list of each child's sibling rank.
-      key: [B] keys; first_node: the block index of the first child (keys fold in node ids).
-    Returns:
-      tokens [B, c] int32.
-    """
-    parent = jnp.asarray(parent_idx, jnp.int32)
-    if self.sampled:
-      nodes = first_node + jnp.arange(len(parent_idx))  # [c]
-      def row(k, logp):  # logp [n, V]
-        keys = jax.vmap(lambda n: jax.random.fold_in(k, n))(nodes)  # [c]
-        return jax.vmap(jax.random.categorical)(keys, logp[parent])  # [c]
-      return jax.vmap(row)(key, q_logp).astype(jnp.int32)
-    k = max(ranks) + 1
-    _, top = jax.lax.top_k(q_logp, k)  # [B, n, k]; ties keep the lower id first
-    return top[:, parent, jnp.asarray(ranks)].astype(jnp.int32)  # [B, c]
+        Args:
+          q_logp: [B, n, V] processed draft log-probs of the parent level's nodes.
+          parent_idx: static list, for each child node, its parent's index within that level.
+          ranks: static list of each child's sibling rank.
+          key: [B] keys; first_node: the block index of the first child (keys fold in node ids).
+        Returns:
+          tokens [B, c] int32.
+        """
+        parent = jnp.asarray(parent_idx, jnp.int32)
+        if self.sampled:
+            nodes = first_node + jnp.arange(len(parent_idx))  # [c]
 
-  def propose(self, static, params, state, key):
-    model = self._model(params)
-    ps: DraftModelState = state.proposer
-    tree = self.tree
-    parents = tree.parents_array
-    levels = _levels(tree)
-    P1 = tree.num_nodes
-    B = state.last.shape[0]
-    L = state.cache.lengths  # [B]
-    anc = jnp.asarray(tree.ancestor_mask)  # [P+1, P+1]
-    sampling = static.sampling
-    clip = lambda pos: jnp.minimum(pos, self.max_positions - 1)
+            def row(k, logp):  # logp [n, V]
+                keys = jax.vmap(lambda n: jax.random.fold_in(k, n))(nodes)  # [c]
+                return jax.vmap(jax.random.categorical)(keys, logp[parent])  # [c]
 
-    # Catch-up + root: [prev, root] at [L-1, L]; the cache viewed with lengths L-1.
-    view = ps.cache.replace(lengths=L - 1)
-    toks = jnp.stack([ps.prev, state.last], axis=1)  # [B, 2]
-    pos = clip(jnp.stack([L - 1, L], axis=1))  # [B, 2]
-    out = model(toks, pos, view, logit_index=jnp.ones((B, 1), jnp.int32))
-    cache = out.cache.replace(lengths=L)
-    level_logp = sp.processed_logprobs(out.logits, sampling)  # [B, 1, V] root's children law
+            return jax.vmap(row)(key, q_logp).astype(jnp.int32)
+        k = max(ranks) + 1
+        _, top = jax.lax.top_k(q_logp, k)  # [B, n, k]; ties keep the lower id first
+        return top[:, parent, jnp.asarray(ranks)].astype(jnp.int32)  # [B, c]
 
-    tokens = jnp.zeros((B, P1), jnp.int32).at[:, 0].set(state.last)  # [B, P+1]
-    probs = jnp.zeros((B, P1, level_logp.shape[-1]), jnp.float32) if self.sampled else None
-    rank = tree.rank.tolist()
-    for d in range(1, len(levels)):
-      (ps_, pe_), (s, e) = levels[d - 1], levels[d]
-      parent_idx = [int(parents[j]) - ps_ for j in range(s, e)]
-      child = self._children(level_logp, parent_idx, [rank[j] for j in range(s, e)], key, s)
-      tokens = tokens.at[:, s:e].set(child)
-      if self.sampled:
-        probs = probs.at[:, s:e].set(jnp.exp(level_logp)[:, jnp.asarray(parent_idx)])
-      if d == len(levels) - 1:
-        break  # the deepest level's children are never needed
-      # Feed level d (nodes s..e-1) at positions L + d, written at slots L + s .. L + e - 1.
-      mask = jnp.broadcast_to(anc[s:e], (B, e - s, P1))  # [B, n, P+1]
-      pos = clip(jnp.broadcast_to((L + d)[:, None], (B, e - s)))  # [B, n]
-      out = model(tokens[:, s:e], pos, cache, mask, offset=L + s)
-      cache = out.cache
-      level_logp = sp.processed_logprobs(out.logits, sampling)  # [B, n, V]
-    valid = jnp.ones((B, P1), bool)
-    return Draft(tokens=tokens, valid=valid, probs=probs), DraftModelState(cache, ps.prev)
+    def propose(self, static, params, state, key):
+        model = self._model(params)
+        ps: DraftModelState = state.proposer
+        tree = self.tree
+        parents = tree.parents_array
+        levels = _levels(tree)
+        P1 = tree.num_nodes
+        B = state.last.shape[0]
+        L = state.cache.lengths  # [B]
+        anc = jnp.asarray(tree.ancestor_mask)  # [P+1, P+1]
+        sampling = static.sampling
+        clip = lambda pos: jnp.minimum(pos, self.max_positions - 1)
 
-  def commit(self, static, params, pstate, state, result, n_commit):
-    if self.tree.num_drafts == self.tree.max_depth:  # a chain: the path is already contiguous
-      cache = pstate.cache.advance(n_commit)
-    else:
-      cache = pstate.cache.commit_path(result.path, n_commit)
-    a = result.num_accepted  # [B]
-    last_accepted = jnp.take_along_axis(result.tokens, jnp.maximum(a - 1, 0)[:, None], axis=1)[:, 0]
-    prev = jnp.where(a > 0, last_accepted, state.last)  # [B] token now at position L'-1
-    prev = jnp.where(n_commit > 0, prev, pstate.prev)
-    return DraftModelState(cache, prev)
+        # Catch-up + root: [prev, root] at [L-1, L]; the cache viewed with lengths L-1.
+        view = ps.cache.replace(lengths=L - 1)
+        toks = jnp.stack([ps.prev, state.last], axis=1)  # [B, 2]
+        pos = clip(jnp.stack([L - 1, L], axis=1))  # [B, 2]
+        out = model(toks, pos, view, logit_index=jnp.ones((B, 1), jnp.int32))
+        cache = out.cache.replace(lengths=L)
+        level_logp = sp.processed_logprobs(out.logits, sampling)  # [B, 1, V] root's children law
+
+        tokens = jnp.zeros((B, P1), jnp.int32).at[:, 0].set(state.last)  # [B, P+1]
+        probs = jnp.zeros((B, P1, level_logp.shape[-1]), jnp.float32) if self.sampled else None
+        rank = tree.rank.tolist()
+        for d in range(1, len(levels)):
+            ps_, (s, e) = levels[d - 1][0], levels[d]
+            parent_idx = [int(parents[j]) - ps_ for j in range(s, e)]
+            child = self._children(level_logp, parent_idx, [rank[j] for j in range(s, e)], key, s)
+            tokens = tokens.at[:, s:e].set(child)
+            if self.sampled:
+                probs = probs.at[:, s:e].set(jnp.exp(level_logp)[:, jnp.asarray(parent_idx)])
+            if d == len(levels) - 1:
+                break  # the deepest level's children are never needed
+            # Feed level d (nodes s..e-1) at positions L + d, written at slots L + s .. L + e - 1.
+            mask = jnp.broadcast_to(anc[s:e], (B, e - s, P1))  # [B, n, P+1]
+            pos = clip(jnp.broadcast_to((L + d)[:, None], (B, e - s)))  # [B, n]
+            out = model(tokens[:, s:e], pos, cache, mask, offset=L + s)
+            cache = out.cache
+            level_logp = sp.processed_logprobs(out.logits, sampling)  # [B, n, V]
+        valid = jnp.ones((B, P1), bool)
+        return Draft(tokens=tokens, valid=valid, probs=probs), DraftModelState(cache, ps.prev)
+
+    def commit(self, static, params, pstate, state, result, n_commit):
+        if self.tree.num_drafts == self.tree.max_depth:  # a chain: the path is already contiguous
+            cache = pstate.cache.advance(n_commit)
+        else:
+            cache = pstate.cache.commit_path(result.path, n_commit)
+        a = result.num_accepted  # [B]
+        last_accepted = jnp.take_along_axis(result.tokens, jnp.maximum(a - 1, 0)[:, None], axis=1)[
+            :, 0
+        ]
+        prev = jnp.where(a > 0, last_accepted, state.last)  # [B] token now at position L'-1
+        prev = jnp.where(n_commit > 0, prev, pstate.prev)
+        return DraftModelState(cache, prev)

@@ -20,65 +20,67 @@ from specjax.decoding.proposers.base import Draft
 
 @struct.dataclass
 class NgramState:
-  history: jax.Array  # [B, S] int32: committed tokens at 0..L-1 (slot index = position)
+    history: jax.Array  # [B, S] int32: committed tokens at 0..L-1 (slot index = position)
 
 
 @dataclasses.dataclass(frozen=True)
 class NgramProposer:
-  k: int
-  n_min: int
-  n_max: int
-  max_positions: int | None = None  # no positional limit of its own
+    k: int
+    n_min: int
+    n_max: int
+    max_positions: int | None = None  # no positional limit of its own
 
-  @classmethod
-  def build(cls, cfg, draft):
-    return cls(cfg.num_speculative_tokens, cfg.prompt_lookup_min, cfg.prompt_lookup_max), ()
+    @classmethod
+    def build(cls, cfg, draft):
+        return cls(cfg.num_speculative_tokens, cfg.prompt_lookup_min, cfg.prompt_lookup_max), ()
 
-  def init(self, static, params, state, prompt, prompt_len, target_out):
-    B, Tp = prompt.shape
-    history = jnp.zeros((B, static.cache_len), jnp.int32).at[:, :Tp].set(prompt)
-    return NgramState(history)
+    def init(self, static, params, state, prompt, prompt_len, target_out):
+        B, Tp = prompt.shape
+        history = jnp.zeros((B, static.cache_len), jnp.int32).at[:, :Tp].set(prompt)
+        return NgramState(history)
 
-  def _match_row(self, seq, n_tokens):
-    """seq: [S] history with the root at n_tokens-1. Returns (start of continuation, found)."""
-    S = seq.shape[0]
-    idx = jnp.arange(S)  # [S]
-    best_start, best_found = jnp.zeros((), jnp.int32), jnp.zeros((), bool)
-    for n in range(self.n_min, self.n_max + 1):  # larger n overrides: longest match wins
-      suffix_start = n_tokens - n
-      ok = idx + n < n_tokens  # the window ends before the suffix's last token: a continuation exists
-      for j in range(n):
-        suffix_tok = jnp.take(seq, jnp.clip(suffix_start + j, 0, S - 1))
-        ok &= jnp.take(seq, jnp.clip(idx + j, 0, S - 1)) == suffix_tok
-      ok &= suffix_start >= 0
-      found = jnp.any(ok)
-      start = (jnp.argmax(ok) + n).astype(jnp.int32)  # earliest match's continuation
-      best_start = jnp.where(found, start, best_start)
-      best_found = best_found | found
-    return best_start, best_found
+    def _match_row(self, seq, n_tokens):
+        """seq: [S] history with the root at n_tokens-1. Returns (start of continuation, found)."""
+        S = seq.shape[0]
+        idx = jnp.arange(S)  # [S]
+        best_start, best_found = jnp.zeros((), jnp.int32), jnp.zeros((), bool)
+        for n in range(self.n_min, self.n_max + 1):  # larger n overrides: longest match wins
+            suffix_start = n_tokens - n
+            ok = (
+                idx + n < n_tokens
+            )  # the window ends before the suffix's last token: a continuation exists
+            for j in range(n):
+                suffix_tok = jnp.take(seq, jnp.clip(suffix_start + j, 0, S - 1))
+                ok &= jnp.take(seq, jnp.clip(idx + j, 0, S - 1)) == suffix_tok
+            ok &= suffix_start >= 0
+            found = jnp.any(ok)
+            start = (jnp.argmax(ok) + n).astype(jnp.int32)  # earliest match's continuation
+            best_start = jnp.where(found, start, best_start)
+            best_found = best_found | found
+        return best_start, best_found
 
-  def propose(self, static, params, state, key):
-    ps: NgramState = state.proposer
-    L = state.cache.lengths  # [B]
-    B = L.shape[0]
-    write = jax.vmap(lambda h, t, at: jax.lax.dynamic_update_slice(h, t[None], (at,)))
-    seq = write(ps.history, state.last, L)  # [B, S] root appended at L
-    n_tokens = L + 1  # [B]
-    start, found = jax.vmap(self._match_row)(seq, n_tokens)  # [B], [B]
-    offs = jnp.arange(self.k, dtype=jnp.int32)  # [k]
-    src = start[:, None] + offs[None, :]  # [B, k]
-    drafts = jnp.take_along_axis(seq, jnp.clip(src, 0, seq.shape[1] - 1), axis=1)  # [B, k]
-    valid = found[:, None] & (src < n_tokens[:, None])  # [B, k]
-    # A chain: once a draft is missing, everything after it is too.
-    tokens = jnp.concatenate([state.last[:, None], drafts], axis=1)  # [B, k+1]
-    valid = jnp.concatenate([jnp.ones((B, 1), bool), valid], axis=1)  # [B, k+1]
-    return Draft(tokens=tokens, valid=valid), ps
+    def propose(self, static, params, state, key):
+        ps: NgramState = state.proposer
+        L = state.cache.lengths  # [B]
+        B = L.shape[0]
+        write = jax.vmap(lambda h, t, at: jax.lax.dynamic_update_slice(h, t[None], (at,)))
+        seq = write(ps.history, state.last, L)  # [B, S] root appended at L
+        n_tokens = L + 1  # [B]
+        start, found = jax.vmap(self._match_row)(seq, n_tokens)  # [B], [B]
+        offs = jnp.arange(self.k, dtype=jnp.int32)  # [k]
+        src = start[:, None] + offs[None, :]  # [B, k]
+        drafts = jnp.take_along_axis(seq, jnp.clip(src, 0, seq.shape[1] - 1), axis=1)  # [B, k]
+        valid = found[:, None] & (src < n_tokens[:, None])  # [B, k]
+        # A chain: once a draft is missing, everything after it is too.
+        tokens = jnp.concatenate([state.last[:, None], drafts], axis=1)  # [B, k+1]
+        valid = jnp.concatenate([jnp.ones((B, 1), bool), valid], axis=1)  # [B, k+1]
+        return Draft(tokens=tokens, valid=valid), ps
 
-  def commit(self, static, params, pstate, state, result, n_commit):
-    # Committed this step: [root, accepted drafts] at positions L .. L + n_commit - 1.
-    L = state.cache.lengths
-    block = jnp.concatenate([state.last[:, None], result.tokens[:, :-1]], axis=1)  # [B, M]
-    write = jax.vmap(lambda h, t, at: jax.lax.dynamic_update_slice(h, t, (at,)))
-    history = write(pstate.history, block, L)  # [B, S]; entries past n_commit are stale
-    history = jnp.where((n_commit > 0)[:, None], history, pstate.history)
-    return NgramState(history)
+    def commit(self, static, params, pstate, state, result, n_commit):
+        # Committed this step: [root, accepted drafts] at positions L .. L + n_commit - 1.
+        L = state.cache.lengths
+        block = jnp.concatenate([state.last[:, None], result.tokens[:, :-1]], axis=1)  # [B, M]
+        write = jax.vmap(lambda h, t, at: jax.lax.dynamic_update_slice(h, t, (at,)))
+        history = write(pstate.history, block, L)  # [B, S]; entries past n_commit are stale
+        history = jnp.where((n_commit > 0)[:, None], history, pstate.history)
+        return NgramState(history)
