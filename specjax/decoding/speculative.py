@@ -76,7 +76,7 @@ def speculative_step(static, params, state):
         verify_key,
         draft_probs=draft.probs,
         node_valid=valid,
-        target_logits=out.logits if cfg.verification == "typical" else None,
+        target_logits=_typical_logits(out.logits, static.sampling, cfg.verification),
         typical_eps=cfg.typical_epsilon,
         typical_delta=cfg.typical_delta,
     )
@@ -105,6 +105,13 @@ def speculative_step(static, params, state):
     from specjax.decoding.engine import emit
 
     return emit(state, result.tokens, result.num_accepted + 1)
+
+
+def _typical_logits(logits, sampling, mode):
+    """Medusa judges typicality on softmax(logits / T), before top-k/top-p; None otherwise."""
+    if mode != "typical" or sampling.temperature == 0:
+        return None
+    return logits / sampling.temperature  # [B, P+1, V]
 
 
 # ------------------------------------------------------------------------- building a plan
