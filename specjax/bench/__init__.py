@@ -1,0 +1,48 @@
+"""Benchmarks in the manner of Spec-Bench: every method against the autoregressive baseline.
+
+    from specjax.bench import default_config
+    from specjax.bench.harness import run_bench
+    cfg = default_config()
+    cfg.target, cfg.draft = "workdirs/quickstart/target", "workdirs/quickstart/draft"
+    results = run_bench(cfg, "workdirs/bench")   # results.json, report.md, plots/*.png
+
+Files: `methods.py` (the registry of method name -> speculative_config), `timing.py`
+(workloads, interleaved timing, pooled acceptance statistics, machine description),
+`harness.py` (the runs), `report.py` (report.md), `plots.py` (PNG plots).
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """The benchmark's knobs with their defaults.
+
+    Returns:
+      A ConfigDict: target / draft (checkpoint directories, "" = unset), methods (names
+      registered in `specjax.bench.methods`), the method knobs (num_speculative_tokens,
+      draft_tree, prompt_lookup_min/max), the grid (batch_sizes x temperatures), the
+      workload (max_new_tokens, prompt_tokens, num_prompts per category), repeats (timed
+      repeats per cell, each interleaved with the autoregressive baseline), tau_vs_n (the
+      draft-depth sweep of draft_model at T=0, batch 1), data (where held-out prompts
+      come from) and seed.
+    """
+    cfg = ml_collections.ConfigDict()
+    cfg.target = ""
+    cfg.draft = ""
+    cfg.methods = ("draft_model", "draft_tree", "ngram")
+    cfg.num_speculative_tokens = 4
+    cfg.draft_tree = ml_collections.ConfigDict(dict(depth=3, width=2))
+    cfg.prompt_lookup_min = 1
+    cfg.prompt_lookup_max = 3
+    cfg.batch_sizes = (1, 8)
+    cfg.temperatures = (0.0, 1.0)
+    cfg.max_new_tokens = 64
+    cfg.prompt_tokens = 64
+    cfg.num_prompts = 4
+    cfg.repeats = 3
+    cfg.tau_vs_n = (1, 2, 4, 8)
+    cfg.data = ml_collections.ConfigDict(dict(source="embedded", eval_fraction=0.05, seed=0))
+    cfg.seed = 0
+    return cfg

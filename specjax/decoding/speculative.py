@@ -89,7 +89,8 @@ def speculative_step(static, params, state):
         cache = out.cache.commit_path(result.path, n_commit)
     pstate = plan.proposer.commit(static, params[1], pstate, state, result, n_commit)
 
-    drafted = jnp.sum(draft.valid[:, 1:], axis=1).astype(jnp.int32)  # [B]
+    # Offered to the verifier: drafts masked out by the budget do not count.
+    drafted = jnp.sum(valid[:, 1:], axis=1).astype(jnp.int32)  # [B]
     a = result.num_accepted
     hist = jax.nn.one_hot(a, plan.max_emit, dtype=jnp.int32) * active[:, None]  # [B, M]
     act = active.astype(jnp.int32)

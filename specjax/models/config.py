@@ -93,7 +93,7 @@ class ModelConfig:
             return V * D + self.max_position_embeddings * D + L * per_layer + 2 * D
         attn = D * (N + 2 * K) * H + N * H * D
         if self.attention_bias:
-            attn += (N + 2 * K) * H
+            attn += (N + 2 * K) * H + (D if self.model_type != "qwen2" else 0)
         per_layer = attn + 3 * D * F + 2 * D + (2 * H if self.qk_norm else 0)
         head = 0 if self.tie_word_embeddings else V * D
         return V * D + L * per_layer + D + head
@@ -222,6 +222,14 @@ def config_from_hf(cfg: dict) -> ModelConfig:
         raise NotImplementedError(
             f"config.json model_type={model_type!r} is not supported; supported: {SUPPORTED_MODEL_TYPES}"
         )
+    # A field specjax does not know may change the math (softcapping, MoE, quantisation, ...):
+    # refuse it unless it is off (null, false, 0, empty). "_"-prefixed keys are HF bookkeeping.
+    unknown = sorted(k for k, v in cfg.items() if v and k not in _IGNORED and k[:1] != "_")
+    if unknown:
+        raise NotImplementedError(
+            f"config field(s) not supported for model_type={model_type!r}: "
+            + ", ".join(f"{k}={cfg[k]!r}" for k in unknown)
+        )
     common = dict(
         model_type=model_type,
         vocab_size=int(cfg["vocab_size"]),
@@ -342,7 +350,7 @@ def config_to_hf(config: ModelConfig) -> dict:
         hidden_act="silu",
         rope_scaling=config.rope_dict,
     )
-    if config.model_type == "llama":
+    if config.model_type in ("llama", "qwen3"):
         out["attention_bias"] = config.attention_bias
     if config.model_type == "mistral":
         out["sliding_window"] = config.sliding_window

@@ -110,7 +110,8 @@ class Attention(nnx.Module):
             self.q_proj = _dense(rngs, D, N * H, bias, dt)
             self.k_proj = _dense(rngs, D, K * H, bias, dt)
             self.v_proj = _dense(rngs, D, K * H, bias, dt)
-            self.o_proj = _dense(rngs, N * H, D, bias and config.model_type == "llama", dt)
+            # attention_bias covers o_proj too (Llama, Qwen3), except Qwen2: biased q/k/v only.
+            self.o_proj = _dense(rngs, N * H, D, bias and config.model_type != "qwen2", dt)
             if config.qk_norm:
                 self.q_norm = RMSNorm(H, config.norm_eps, dt)
                 self.k_norm = RMSNorm(H, config.norm_eps, dt)
@@ -333,7 +334,7 @@ def hf_param_names(config: ModelConfig) -> dict[str, tuple[tuple, bool]]:
                     (*path, "self_attn", proj, "kernel"),
                     True,
                 )
-                bias = config.attention_bias and (proj != "o_proj" or config.model_type == "llama")
+                bias = config.attention_bias and (proj != "o_proj" or config.model_type != "qwen2")
                 if bias:
                     names[f"{pre}self_attn.{proj}.bias"] = (
                         (*path, "self_attn", proj, "bias"),

@@ -76,6 +76,16 @@ class DraftModelProposer:
         prev = jnp.take_along_axis(prompt, jnp.maximum(prompt_len - 1, 0)[:, None], axis=1)[:, 0]
         return DraftModelState(out.cache.replace(lengths=prompt_len.astype(jnp.int32)), prev)
 
+    def _scores(self, logits, sampling):
+        """What children are drawn from (sampled: processed log-probs) or ranked by (top-k).
+
+        At T=0 the processed law is one-hot: ranks >= 1 would all tie at -inf and fall to the
+        lowest token ids. Top-k children are ranked by the raw logits there (same rank 0).
+        """
+        if sampling.greedy and not self.sampled:
+            return logits.astype(jnp.float32)  # [..., V]
+        return sp.processed_logprobs(logits, sampling)  # [..., V]
+
     def _children(self, q_logp, parent_idx, ranks, key, first_node):
         """Draft tokens for nodes whose parents' processed log-probs are q_logp.
 
@@ -119,7 +129,7 @@ class DraftModelProposer:
         pos = clip(jnp.stack([L - 1, L], axis=1))  # [B, 2]
         out = model(toks, pos, view, logit_index=jnp.ones((B, 1), jnp.int32))
         cache = out.cache.replace(lengths=L)
-        level_logp = sp.processed_logprobs(out.logits, sampling)  # [B, 1, V] root's children law
+        level_logp = self._scores(out.logits, sampling)  # [B, 1, V] root's children law
 
         tokens = jnp.zeros((B, P1), jnp.int32).at[:, 0].set(state.last)  # [B, P+1]
         probs = jnp.zeros((B, P1, level_logp.shape[-1]), jnp.float32) if self.sampled else None
@@ -138,7 +148,7 @@ class DraftModelProposer:
             pos = clip(jnp.broadcast_to((L + d)[:, None], (B, e - s)))  # [B, n]
             out = model(tokens[:, s:e], pos, cache, mask, offset=L + s)
             cache = out.cache
-            level_logp = sp.processed_logprobs(out.logits, sampling)  # [B, n, V]
+            level_logp = self._scores(out.logits, sampling)  # [B, n, V]
         valid = jnp.ones((B, P1), bool)
         return Draft(tokens=tokens, valid=valid, probs=probs), DraftModelState(cache, ps.prev)
 

@@ -1,0 +1,1 @@
+"""Ablation studies: `get_config(arg)` for the base run and `get_sweep()` for its grid."""

@@ -1,0 +1,48 @@
+"""Pick a speculative method and N for a workload: measure alpha and c, predict, verify.
+
+Command:
+
+    python -m launch.main --config=configs/pick.py \
+        --config.pick.target=workdirs/quickstart/target \
+        --config.pick.draft=workdirs/quickstart/draft \
+        --workdir=workdirs/pick
+
+Your own prompts: `--config.pick.prompts_file=prompts.jsonl` (a "prompt" field a line, or a
+.txt file with a prompt a line); sampled decoding: `--config.pick.temperature=1.0`.
+`--config=configs/pick.py:small` measures only the winner (one repeat, 32 new tokens).
+
+Writes <workdir>/recommendation.md (the pick, a predicted-vs-measured table, alpha and c per
+method) and recommendation.json. The prediction is Leviathan et al.'s
+speedup = (1 - a^(N+1)) / ((1 - a)(N c + 1)) with alpha measured from acceptance by
+position and c from timing the draft and the target generating alone (see
+`specjax/picker.py`).
+
+What to expect (2-core shared x86 CPU, a random 8-layer D=256 target and its first 2 layers
+as the draft): about 2-3 minutes; c about 0.3-0.45; predicted and measured speedups agree in
+ranking but the model overestimates on this CPU, where the verification pass of N+1 tokens is
+not free. See docs/skill-spec-decode-picker.md.
+"""
+
+import ml_collections
+
+from specjax import picker
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    """The picker config; arg "small" gives the quick variant.
+
+    Args:
+      arg: None or "small".
+    Returns:
+      ConfigDict with task="pick" and pick=`specjax.picker.default_config()`.
+    """
+    config = ml_collections.ConfigDict()
+    config.task = "pick"
+    config.pick = picker.default_config()
+    if arg == "small":
+        config.pick.measure_top = 1
+        config.pick.repeats = 1
+        config.pick.max_new_tokens = 32
+    elif arg:
+        raise ValueError(f"configs/pick.py: unknown variant {arg!r}; use '' or 'small'")
+    return config

@@ -1,0 +1,84 @@
+"""The specjax launcher: one absl entry point that runs a config's task.
+
+    python -m launch.main --config=configs/quickstart.py --workdir=/tmp/specjax/quickstart
+    python -m launch.main --config=configs/train_lm.py:tiny --workdir=/tmp/lm \
+        --config.train.num_steps=50
+    specjax --config=configs/bench.py --workdir=/tmp/bench   # the installed console script
+
+`--config=<file>.py[:arg]` calls the file's `get_config(arg)`; `--config.a.b=value` overrides
+one field (the config is locked, so a misspelt field is an error). `config.task` picks the
+library function: train_lm, bench, pick or quickstart. Library code never reads flags.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+
+import jax
+from absl import app, flags
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, `path.py[:arg]`.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+# task -> "module:function"; imported only when that task runs.
+TASKS = {
+    "train_lm": "specjax.train.lm:train_lm",
+    "bench": "specjax.bench.harness:run_bench",
+    "pick": "specjax.picker:pick",
+    "quickstart": "specjax.train.quickstart:quickstart",
+}
+# The part of the config each task function takes (None: the whole config).
+TASK_CONFIG = {"train_lm": None, "bench": "bench", "pick": "pick", "quickstart": None}
+
+
+def dispatch(config, workdir) -> dict:
+    """Runs `config.task` on `config` in `workdir`; returns what the task function returns."""
+    task = config.get("task")
+    if task not in TASKS:
+        raise ValueError(f"config.task={task!r} is not one of {sorted(TASKS)}")
+    module_name, fn_name = TASKS[task].split(":")
+    fn = getattr(importlib.import_module(module_name), fn_name)
+    part = TASK_CONFIG[task]
+    return fn(config if part is None else config[part], workdir)
+
+
+class _DropOrbaxInfo(logging.Filter):
+    """Orbax logs every checkpoint phase at INFO; keep its warnings, drop the chatter."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or "orbax" not in record.pathname
+
+
+def log_setup(config) -> None:
+    """Logs versions, devices and the resolved config."""
+    import flax
+
+    import specjax
+
+    logging.info(
+        "jax %s, flax %s, specjax %s", jax.__version__, flax.__version__, specjax.__version__
+    )
+    logging.info("devices (%d processes): %s", jax.process_count(), jax.devices())
+    logging.info("config:\n%s", json.dumps(config.to_dict(), indent=2, default=str))
+
+
+def main(argv) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.getLogger("absl").addFilter(_DropOrbaxInfo())
+    config = _CONFIG.value
+    log_setup(config)
+    dispatch(config, _WORKDIR.value)
+
+
+def run() -> None:
+    """Console-script entry point (`specjax ...`)."""
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,153 @@
+"""The benchmark's method registry: a name -> a `speculative_config` for `sj.generate`.
+
+A method is a function `fn(cfg, draft) -> dict | None` registered under a name; it reads
+what it needs from the benchmark config (`num_speculative_tokens`, `draft_tree`,
+`prompt_lookup_min`, ...) and the draft `Model` (None when the run has none) and returns the
+`speculative_config` to pass to `generate`, or None for plain autoregressive decoding.
+
+    @register_method("medusa", depth_key="num_speculative_tokens")
+    def _medusa(cfg, draft):
+        return {"method": "medusa", "num_speculative_tokens": cfg.num_speculative_tokens, ...}
+
+`depth_key` names the config field that plays the role of N (the draft depth) for that
+method, so that sweeps (tau vs N in the harness, N = 1..n_max in the picker) can vary it
+without knowing the method: "num_speculative_tokens" for chains, "draft_tree.depth" for
+the top-k tree. `needs_draft` makes a missing draft model a clear error before anything runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import ml_collections
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """A registered method: its builder and what it needs."""
+
+    name: str
+    fn: Callable
+    needs_draft: bool = False
+    depth_key: str | None = "num_speculative_tokens"  # None: the method has no N
+
+
+_REGISTRY: dict[str, Method] = {}
+
+
+def register_method(
+    name: str, *, needs_draft: bool = False, depth_key: str | None = "num_speculative_tokens"
+):
+    """Decorator: register `fn(cfg, draft) -> speculative_config | None` under `name`.
+
+    Args:
+      name: the method's name in `cfg.methods`.
+      needs_draft: the method drafts with the separate draft model (`cfg.draft`).
+      depth_key: dotted config field holding the draft depth N; None if it has none.
+    Returns:
+      The decorator (which returns `fn` unchanged).
+    """
+
+    def decorator(fn):
+        if name in _REGISTRY and _REGISTRY[name].fn is not fn:
+            raise ValueError(f"benchmark method {name!r} is already registered")
+        _REGISTRY[name] = Method(name, fn, needs_draft, depth_key)
+        return fn
+
+    return decorator
+
+
+def registered_methods() -> tuple[str, ...]:
+    """The registered method names, in registration order."""
+    return tuple(_REGISTRY)
+
+
+def get_method(name: str) -> Method:
+    """The registered method `name`; ValueError listing the registered ones otherwise."""
+    if name not in _REGISTRY:
+        raise ValueError(
+            f"unknown benchmark method {name!r}; registered methods: {list(_REGISTRY)}"
+        )
+    return _REGISTRY[name]
+
+
+def check_methods(names, draft) -> None:
+    """Fail early: every name registered, and a draft model present where one is needed."""
+    if isinstance(names, str):
+        raise ValueError(f"methods must be a list of names, got the string {names!r}")
+    for method in [get_method(name) for name in names]:  # every name first, then the draft
+        if method.needs_draft and draft is None:
+            raise ValueError(
+                f"benchmark method {method.name!r} needs a draft model: set the config's `draft` "
+                "to a checkpoint directory (or pass draft=Model)"
+            )
+
+
+def with_depth(cfg, name: str, n: int):
+    """A copy of `cfg` whose draft-depth field for method `name` is `n`."""
+    key = get_method(name).depth_key
+    if key is None:
+        raise ValueError(f"benchmark method {name!r} has no draft depth to vary")
+    cfg = ml_collections.ConfigDict(cfg).copy_and_resolve_references()
+    *parents, leaf = key.split(".")
+    node = cfg
+    for part in parents:
+        node = node[part]
+    node[leaf] = int(n)
+    return cfg
+
+
+def depth_of(cfg, name: str) -> int:
+    """The draft depth N that method `name` runs with under `cfg` (0 for autoregressive)."""
+    key = get_method(name).depth_key
+    if key is None:
+        return 0
+    node = cfg
+    for part in key.split("."):
+        node = node[part]
+    return int(node)
+
+
+def speculative_config(name: str, cfg, draft) -> dict | None:
+    """The `speculative_config` for method `name` under `cfg` (None = autoregressive)."""
+    check_methods([name], draft)
+    return get_method(name).fn(cfg, draft)
+
+
+# ----------------------------------------------------------------------------- built-ins
+
+
+@register_method("autoregressive", depth_key=None)
+def _autoregressive(cfg, draft):
+    return None
+
+
+@register_method("draft_model", needs_draft=True)
+def _draft_model(cfg, draft):
+    return {
+        "method": "draft_model",
+        "model": draft,
+        "num_speculative_tokens": int(cfg.num_speculative_tokens),
+    }
+
+
+@register_method("draft_tree", needs_draft=True, depth_key="draft_tree.depth")
+def _draft_tree(cfg, draft):
+    depth, width = int(cfg.draft_tree.depth), int(cfg.draft_tree.width)
+    return {
+        "method": "draft_model",
+        "model": draft,
+        "num_speculative_tokens": depth,
+        "draft_tree": {"depth": depth, "width": width},
+    }
+
+
+@register_method("ngram")
+def _ngram(cfg, draft):
+    return {
+        "method": "ngram",
+        "num_speculative_tokens": int(cfg.num_speculative_tokens),
+        "prompt_lookup_min": int(cfg.prompt_lookup_min),
+        "prompt_lookup_max": int(cfg.prompt_lookup_max),
+    }

@@ -1,0 +1,206 @@
+"""report.md from a benchmark's results: tables, plots, machine and the command."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from specjax import picker
+
+OVERALL = "overall"
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return lines + [""]
+
+
+def _series(values) -> str:
+    return " / ".join(f"{v:.2f}" for v in values) if values else "—"
+
+
+def _key(r: dict):
+    return (r["method"], r["batch_size"], r["temperature"])
+
+
+def _summary(runs: list[dict]) -> list[str]:
+    rows = [r for r in runs if r["category"] == OVERALL and r["method"] != "autoregressive"]
+    if not rows:
+        return []
+    best = max(rows, key=lambda r: r["speedup"])
+    worst = min(rows, key=lambda r: r["speedup"])
+    return [
+        f"Best: **{best['method']}** at batch {best['batch_size']}, T={best['temperature']:g}: "
+        f"{best['speedup']:.2f}x (tau {best['tau']:.2f}). Worst: {worst['method']} at batch "
+        f"{worst['batch_size']}, T={worst['temperature']:g}: {worst['speedup']:.2f}x.",
+        "",
+    ]
+
+
+def _main_tables(runs: list[dict]) -> list[str]:
+    overall = [r for r in runs if r["category"] == OVERALL]
+    lines = ["## Speedup, all categories", ""]
+    lines += _table(
+        ["method", "batch", "T", "tau", "tokens/s", "AR tokens/s", "speedup"],
+        [
+            [
+                r["method"],
+                r["batch_size"],
+                f"{r['temperature']:g}",
+                f"{r['tau']:.2f}",
+                f"{r['tokens_per_s']:.1f}",
+                f"{r['ar_tokens_per_s']:.1f}",
+                f"**{r['speedup']:.2f}x**",
+            ]
+            for r in overall
+        ],
+    )
+    per_cat = [r for r in runs if r["category"] != OVERALL]
+    lines += ["## Per category", ""]
+    lines += _table(
+        ["method", "category", "batch", "T", "tau", "tokens/s", "speedup"],
+        [
+            [
+                r["method"],
+                r["category"],
+                r["batch_size"],
+                f"{r['temperature']:g}",
+                f"{r['tau']:.2f}",
+                f"{r['tokens_per_s']:.1f}",
+                f"{r['speedup']:.2f}x",
+            ]
+            for r in sorted(per_cat, key=lambda r: (*_key(r), r["category"]))
+        ],
+    )
+    return lines
+
+
+def _acceptance_table(runs: list[dict]) -> list[str]:
+    rows = [r for r in runs if r["category"] == OVERALL and r["acceptance_by_position"]]
+    lines = [
+        "## Acceptance by position (all categories)",
+        "",
+        "Unconditional: P(a step accepts >= i drafts); conditional: P(>= i | >= i-1). "
+        "alpha: accepted / attempted drafts (the i.i.d. maximum-likelihood estimate).",
+        "",
+    ]
+    return lines + _table(
+        ["method", "batch", "T", "alpha", "unconditional i=1..", "conditional i=1.."],
+        [
+            [
+                r["method"],
+                r["batch_size"],
+                f"{r['temperature']:g}",
+                f"{r['alpha']:.3f}",
+                _series(r["acceptance_by_position"]),
+                _series(r["conditional_acceptance_by_position"]),
+            ]
+            for r in rows
+        ],
+    )
+
+
+def _tau_vs_n_table(points: list[dict]) -> list[str]:
+    if not points:
+        return []
+    alpha = max(points, key=lambda p: p["n"])["alpha"]
+    lines = [
+        "## tau vs N (draft_model, T=0, batch 1)",
+        "",
+        f"Theory: (1 - a^(N+1)) / (1 - a) with a = {alpha:.3f}, the alpha measured at the "
+        "largest N.",
+        "",
+    ]
+    return lines + _table(
+        ["N", "tau", "theory tau", "alpha at N", "speedup"],
+        [
+            [
+                p["n"],
+                f"{p['tau']:.2f}",
+                f"{picker.expected_tokens_per_call(alpha, p['n']):.2f}",
+                f"{p['alpha']:.3f}",
+                f"{p['speedup']:.2f}x",
+            ]
+            for p in points
+        ],
+    )
+
+
+def _compile_table(runs: list[dict]) -> list[str]:
+    rows = [r for r in runs if r["category"] == OVERALL]
+    lines = [
+        "## Compile times",
+        "",
+        "First call of each program minus a steady call of the same shape; reported apart "
+        "from the timed repeats. retraced > 0 would mean a compile polluted the timings.",
+        "",
+    ]
+    return lines + _table(
+        ["method", "batch", "T", "compile s", "first call s", "AR compile s", "retraced"],
+        [
+            [
+                r["method"],
+                r["batch_size"],
+                f"{r['temperature']:g}",
+                f"{r['compile_s']:.2f}",
+                f"{r['warmup_s']:.2f}",
+                f"{r['ar_compile_s']:.2f}",
+                r["retraced"],
+            ]
+            for r in rows
+        ],
+    )
+
+
+def write_report(results: dict, path, plot_files: dict | None = None) -> Path:
+    """Write report.md for `results` (the dict of results.json).
+
+    Args:
+      results: run_bench's results.
+      path: the markdown file to write.
+      plot_files: {name: png path} to embed (relative links).
+    Returns:
+      The path written.
+    """
+    path = Path(path)
+    cfg, machine = results["config"], results["machine"]
+    lines = [
+        "# Speculative decoding benchmark",
+        "",
+        f"Target: `{results['models']['target']}`  ",
+        f"Draft: `{results['models']['draft']}`  ",
+        f"Prompts per category: {results['prompts']}, {cfg['prompt_tokens']} tokens each; "
+        f"{cfg['max_new_tokens']} new tokens per row (no stop ids); {cfg['repeats']} timed "
+        "repeats per cell, each interleaved with the autoregressive baseline (AR, method, "
+        "AR, method, ...); speedup = median AR time / median method time; a batch of b "
+        "rows cycles the category's prompts.",
+        "",
+        *_summary(results["runs"]),
+        *_main_tables(results["runs"]),
+        *_acceptance_table(results["runs"]),
+        *_tau_vs_n_table(results.get("tau_vs_n", [])),
+        *_compile_table(results["runs"]),
+    ]
+    if plot_files:
+        lines += ["## Plots", ""]
+        for name, file in plot_files.items():
+            lines += [f"![{name}]({os.path.relpath(file, path.parent)})", ""]
+    lines += ["## Machine", ""]
+    lines += [f"- {k}: {v}" for k, v in machine.items()] + [""]
+    lines += [
+        "## Command",
+        "",
+        "```",
+        results["command"]["invoked"],
+        "```",
+        "",
+        "To reproduce:",
+        "",
+        "```",
+        results["command"]["reproduce"],
+        "```",
+        "",
+    ]
+    path.write_text("\n".join(lines))
+    return path

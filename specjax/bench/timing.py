@@ -1,0 +1,200 @@
+"""Timing and statistics shared by the benchmark harness and the picker.
+
+A *workload* is a category's prompts cut into batches of one batch size; one timed run is
+`generate` over every batch in turn, wall-clock, results pulled to the host. `compare` times
+a method against the autoregressive baseline on the same workloads with the runs
+interleaved (AR, method, AR, method, ...), so slow drifts of a shared machine hit both
+sides alike; speedup = median(AR time) / median(method time).
+
+Acceptance statistics from several `generate` calls are pooled by their counts, not by
+averaging ratios: tau = (accepted + steps) / steps over all calls, and the unconditional
+acceptance at position i is the steps weighted mean (each call's is a fraction of its own
+steps), so pooled numbers equal what one big call would report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import platform
+import statistics
+import time
+
+import jax
+import numpy as np
+
+from specjax import sampling as sp
+from specjax.decoding import engine
+
+log = logging.getLogger(__name__)
+
+
+def machine_info() -> dict:
+    """What the numbers were measured on: host, CPU count and load, jax and its devices."""
+    devices = jax.devices()
+    info = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "devices": [f"{d.platform}:{d.device_kind}" for d in devices],
+    }
+    if hasattr(os, "getloadavg"):
+        info["load_average_1m_at_start"] = round(os.getloadavg()[0], 2)
+    return info
+
+
+def make_batches(prompts: list[list[int]], batch_size: int) -> list[list[list[int]]]:
+    """Cut prompts into batches of exactly `batch_size` rows.
+
+    Prompts are cycled to fill the last batch (and to fill one batch when there are fewer
+    prompts than rows), so every batch has the same shape and every call does the same work.
+
+    Args:
+      prompts: token-id lists (at least one).
+      batch_size: rows per batch (>= 1).
+    Returns:
+      ceil(max(len(prompts), batch_size) / batch_size) batches.
+    """
+    if not prompts:
+        raise ValueError("make_batches needs at least one prompt")
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be >= 1")
+    num_batches = -(-max(len(prompts), batch_size) // batch_size)
+    rows = [prompts[i % len(prompts)] for i in range(num_batches * batch_size)]
+    return [rows[i : i + batch_size] for i in range(0, len(rows), batch_size)]
+
+
+def _counts(stats: dict) -> tuple[int, int, int, int]:
+    """(steps, accepted, drafted, generated) of a raw `generate` stats dict or a pooled one."""
+    if "row_steps" in stats:  # raw: per-row lists from the engine
+        steps, generated = sum(stats["row_steps"]), sum(stats["generated_tokens"])
+    else:
+        steps, generated = stats["steps"], stats["generated_tokens"]
+    return int(steps), int(stats["accepted_tokens"]), int(stats["draft_tokens"]), int(generated)
+
+
+def pool_stats(stats_list: list[dict]) -> dict:
+    """Pool the acceptance statistics of several calls by their counts.
+
+    Args:
+      stats_list: `GenerateOutput.stats` dicts of calls with the same method config, or
+        dicts this function returned (pooling is associative).
+    Returns:
+      dict: steps, accepted_tokens, draft_tokens, generated_tokens, tau,
+      acceptance_by_position (P(a step accepts >= i drafts), i = 1..depth) and
+      conditional_acceptance_by_position (P(>= i | >= i-1)); empty lists for autoregressive.
+    """
+    counts = np.array([_counts(s) for s in stats_list], np.int64).reshape(-1, 4)  # [calls, 4]
+    steps, accepted, drafted, generated = (int(x) for x in counts.sum(0))
+    uncond: list[float] = []
+    weighted = [
+        (np.asarray(s["acceptance_by_position"], np.float64), n)
+        for s, n in zip(stats_list, counts[:, 0], strict=True)
+        if s.get("acceptance_by_position")
+    ]
+    if weighted and steps:
+        uncond = (sum(u * n for u, n in weighted) / steps).tolist()
+    previous = [1.0, *uncond][: len(uncond)]
+    cond = [u / p if p > 0 else 0.0 for u, p in zip(uncond, previous, strict=True)]
+    return {
+        "steps": steps,
+        "accepted_tokens": accepted,
+        "draft_tokens": drafted,
+        "generated_tokens": generated,
+        "tau": (accepted + steps) / steps if steps else 0.0,
+        "acceptance_by_position": [float(u) for u in uncond],
+        "conditional_acceptance_by_position": [float(c) for c in cond],
+    }
+
+
+@dataclasses.dataclass
+class Runner:
+    """Runs and times `generate` for one target with a fixed budget and no stop ids.
+
+    Every call generates exactly `max_new_tokens` per row (`stop_token_ids=[]`), so the
+    work per call is the same for every method.
+    """
+
+    target: object
+    max_new_tokens: int
+    seed: int = 0
+
+    def run(self, batches, temperature: float, spec: dict | None) -> tuple[list[float], dict]:
+        """One timed pass over `batches`.
+
+        Returns:
+          (seconds per call, pooled stats of the pass).
+        """
+        sampling = sp.SamplingParams(temperature=float(temperature), seed=self.seed)
+        seconds, stats = [], []
+        for batch in batches:
+            start = time.perf_counter()
+            out = engine.generate(
+                self.target,
+                batch,
+                self.max_new_tokens,
+                sampling=sampling,
+                stop_token_ids=[],
+                speculative_config=spec,
+            )
+            seconds.append(time.perf_counter() - start)  # generate returns host arrays
+            stats.append(out.stats)
+        return seconds, pool_stats(stats)
+
+    def compare(self, workloads: dict, temperature: float, spec: dict | None, repeats: int):
+        """Time `spec` against autoregressive on every workload, interleaved.
+
+        Args:
+          workloads: {category: batches} (see `make_batches`); all batches one shape.
+          temperature: sampling temperature for both sides.
+          spec: the method's speculative_config (None compares AR with itself).
+          repeats: timed repeats per side (>= 1).
+        Returns:
+          dict: per category {times_s, ar_times_s (per repeat, summed over the category's
+          calls), stats (pooled, first timed repeat)}, plus warmup_s / compile_s for the
+          method and the baseline and `retraced` (compiles during timed repeats; 0 when
+          the timings are clean).
+        """
+        if repeats < 1:
+            raise ValueError(f"repeats={repeats} must be >= 1")
+        first = next(iter(workloads.values()))[:1]
+        warm = {}
+        for side, s in (("ar", None), ("method", spec)):
+            start = time.perf_counter()
+            self.run(first, temperature, s)
+            warm[side] = time.perf_counter() - start
+        traces = engine.trace_count()
+        result = {cat: {"times_s": [], "ar_times_s": [], "stats": None} for cat in workloads}
+        first_call = {"ar": [], "method": []}
+        for _ in range(repeats):
+            for cat, batches in workloads.items():
+                ar_seconds, _ = self.run(batches, temperature, None)
+                seconds, stats = self.run(batches, temperature, spec)
+                entry = result[cat]
+                entry["ar_times_s"].append(sum(ar_seconds))
+                entry["times_s"].append(sum(seconds))
+                entry["stats"] = entry["stats"] or stats
+                if cat == next(iter(workloads)):
+                    first_call["ar"].append(ar_seconds[0])
+                    first_call["method"].append(seconds[0])
+        retraced = engine.trace_count() - traces
+        if retraced:
+            log.warning("%d compile(s) during timed repeats: timings include them", retraced)
+        steady = {k: statistics.median(v) for k, v in first_call.items()}
+        return {
+            "categories": result,
+            "warmup_s": warm["method"],
+            "compile_s": max(warm["method"] - steady["method"], 0.0),
+            "ar_warmup_s": warm["ar"],
+            "ar_compile_s": max(warm["ar"] - steady["ar"], 0.0),
+            "retraced": retraced,
+        }
+
+
+def median(values) -> float:
+    """Median of a non-empty sequence of numbers."""
+    return float(statistics.median(values))

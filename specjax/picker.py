@@ -1,0 +1,433 @@
+"""The picker: which speculative method and which N to ship for a workload.
+
+    from specjax import picker
+    cfg = picker.default_config()
+    cfg.target, cfg.draft = "workdirs/quickstart/target", "workdirs/quickstart/draft"
+    rec = picker.pick(cfg, "workdirs/pick")   # recommendation.md, recommendation.json
+
+The model (Leviathan et al. 2023, section 3; ALGORITHMS.md section 1): if each draft token is
+accepted with probability alpha, independently, a step with N drafts emits on average
+E[tokens per target call] = (1 - alpha^(N+1)) / (1 - alpha), and with a draft step costing c
+target steps the wall-clock speedup is that divided by (N c + 1).
+
+What is measured, on a sample of the user's prompts at batch 1:
+- alpha per method, from one run at N = `num_speculative_tokens` (the tree's depth for
+  draft_tree). Estimator (`alpha_from_acceptance`): the maximum-likelihood alpha of the
+  truncated geometric model, accepted drafts / attempted drafts, where a step attempts
+  drafts up to and including its first rejection: alpha = sum_{i=1..N} u_i /
+  sum_{i=0..N-1} u_i with u_i = P(a step accepts >= i drafts), u_0 = 1. It is exact when
+  acceptance is i.i.d. (u_i = alpha^i) and, unlike inverting tau, uses every position.
+  `alpha_from_tau` (solve (1 - a^(N+1)) / (1 - a) = tau) is the fallback when only tau is
+  known; both are reported. For a tree, u_i is the chance that the accepted path reaches
+  depth i, so alpha is an effective per-depth acceptance of the tree.
+- c, the draft/target cost ratio: the per-token time of the draft generating alone over
+  the target's (batch 1, T=0, differenced over two lengths so that prefill cancels).
+  Methods without a draft model (ngram) are taken as free: c = 0.
+Then predicted speedup for every method and N = 1..n_max, the best is picked (or plain
+autoregressive when nothing beats 1), and the best N of the top methods is measured
+against autoregressive (interleaved, median of `repeats`) to put predicted next to measured.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import numbers
+from pathlib import Path
+
+import ml_collections
+
+from specjax.bench import methods as mt
+from specjax.bench import timing
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------ formulas
+
+
+def _check(alpha, n=None, c=None) -> None:
+    if not isinstance(alpha, numbers.Real) or not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha={alpha!r} must be a number in [0, 1]")
+    if n is not None and (not isinstance(n, numbers.Integral) or n < 0):
+        raise ValueError(f"n={n!r} must be an integer >= 0")
+    if c is not None and (not isinstance(c, numbers.Real) or not c >= 0.0):
+        raise ValueError(f"c={c!r} must be a number >= 0")
+
+
+def expected_tokens_per_call(alpha: float, n: int) -> float:
+    """(1 - alpha^(n+1)) / (1 - alpha): tokens emitted per target call with n drafts.
+
+    Summed as 1 + alpha + ... + alpha^n, exact at alpha = 1 (n + 1).
+    """
+    _check(alpha, n)
+    return float(sum(alpha**i for i in range(n + 1)))
+
+
+def expected_speedup(alpha: float, n: int, c: float) -> float:
+    """(1 - alpha^(n+1)) / ((1 - alpha)(n c + 1)): speedup over autoregressive decoding.
+
+    Args:
+      alpha: per-token acceptance probability in [0, 1].
+      n: drafts per step (0 = autoregressive: speedup 1).
+      c: cost of one draft step in target steps (>= 0).
+    """
+    _check(alpha, n, c)
+    return expected_tokens_per_call(alpha, n) / (n * c + 1.0)
+
+
+def optimal_n(alpha: float, c: float, n_max: int) -> int:
+    """The N in 0..n_max with the highest expected speedup (0 = do not speculate).
+
+    Ties go to the smaller N (less draft work for the same gain).
+    """
+    _check(alpha, n_max, c)
+    speedups = [expected_speedup(alpha, n, c) for n in range(n_max + 1)]
+    best = max(speedups)
+    return next(n for n, s in enumerate(speedups) if s >= best - 1e-12)
+
+
+def alpha_from_tau(tau: float, n: int) -> float:
+    """The alpha whose expected tokens per call with n drafts is tau (inverse of the above).
+
+    Args:
+      tau: measured mean accepted length (tokens per target call), in [1, n + 1].
+      n: drafts per step (>= 1).
+    Returns:
+      alpha in [0, 1] (bisection; the map alpha -> tau is increasing).
+    """
+    if not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"n={n!r} must be an integer >= 1")
+    if not 1.0 - 1e-9 <= tau <= n + 1.0 + 1e-9:
+        raise ValueError(f"tau={tau!r} is out of range [1, {n + 1}] for n={n}")
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if expected_tokens_per_call(mid, n) < tau:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def alpha_from_acceptance(acceptance_by_position) -> float | None:
+    """Maximum-likelihood alpha from unconditional acceptance by position.
+
+    Args:
+      acceptance_by_position: u_1..u_N, u_i = P(a step accepts >= i drafts).
+    Returns:
+      sum_{i=1..N} u_i / sum_{i=0..N-1} u_i (u_0 = 1): accepted over attempted drafts;
+      None for an empty list (autoregressive).
+    """
+    u = [float(x) for x in acceptance_by_position]
+    if not u:
+        return None
+    return sum(u) / (1.0 + sum(u[:-1]))
+
+
+# ------------------------------------------------------------------------------ config
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """The picker's knobs (see `configs/pick.py`).
+
+    Returns:
+      ConfigDict: target / draft paths, methods, the method knobs (the N each method's alpha
+      is measured at: num_speculative_tokens, draft_tree.depth), n_max, temperature, the
+      workload (num_prompts per category, prompt_tokens, max_new_tokens, prompts_file, data),
+      measure / measure_top / repeats (predicted next to measured) and seed.
+    """
+    cfg = ml_collections.ConfigDict()
+    cfg.target = ""
+    cfg.draft = ""
+    cfg.methods = ("draft_model", "draft_tree", "ngram")
+    cfg.num_speculative_tokens = 4
+    cfg.draft_tree = ml_collections.ConfigDict(dict(depth=3, width=2))
+    cfg.prompt_lookup_min = 1
+    cfg.prompt_lookup_max = 3
+    cfg.n_max = 8
+    cfg.temperature = 0.0
+    cfg.num_prompts = 4
+    cfg.prompt_tokens = 64
+    cfg.max_new_tokens = 64
+    cfg.prompts_file = ""  # "" = held-out prompts of `data`; else .txt (a prompt a line) / .jsonl
+    cfg.data = ml_collections.ConfigDict(dict(source="embedded", eval_fraction=0.05, seed=0))
+    cfg.measure = True
+    cfg.measure_top = 3
+    cfg.repeats = 3
+    cfg.seed = 0
+    return cfg
+
+
+# ------------------------------------------------------------------------------ measuring
+
+
+def _file_prompts(cfg, tokenizer) -> dict[str, list[list[int]]]:
+    path = Path(cfg.prompts_file)
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    if path.suffix == ".jsonl":
+        rows = [json.loads(ln) for ln in lines]
+        texts = [r.get("prompt", r.get("text")) for r in rows]
+        if any(not isinstance(t, str) for t in texts):
+            raise ValueError(f"every line of {path} needs a string 'prompt' (or 'text') field")
+    else:
+        texts = lines
+    if not texts:
+        raise ValueError(f"no prompts in {path}")
+    return {"user": [tokenizer.encode(t) for t in texts[: cfg.num_prompts]]}
+
+
+def sample_prompts(cfg, tokenizer) -> dict[str, list[list[int]]]:
+    """{category: prompt ids}: the user's prompts file, else held-out prompts per category."""
+    if cfg.prompts_file:
+        return _file_prompts(cfg, tokenizer)
+    from specjax.bench.harness import prompts_by_category
+
+    return prompts_by_category(cfg, tokenizer)
+
+
+def _per_token_seconds(models: dict, prompt, long: int, short: int, repeats: int) -> dict:
+    """Median decode time per token of each model (batch 1, T=0), prefill differenced out."""
+    runners = {
+        (name, m): timing.Runner(model, m) for name, model in models.items() for m in (long, short)
+    }
+    for runner in runners.values():  # warm-up: compile both lengths
+        runner.run([[prompt]], 0.0, None)
+    times = {key: [] for key in runners}
+    for _ in range(repeats):  # interleaved: target long, target short, draft long, ...
+        for key, runner in runners.items():
+            times[key].append(sum(runner.run([[prompt]], 0.0, None)[0]))
+    per_token = {}
+    for name in models:
+        t_long, t_short = timing.median(times[name, long]), timing.median(times[name, short])
+        diff = (t_long - t_short) / max(long - short, 1)
+        # Noise can make the difference meaningless for very short runs: fall back to the mean.
+        per_token[name] = diff if diff > 0 else t_long / long
+    return per_token
+
+
+def measure_cost_ratio(target, draft, prompt, max_new_tokens: int, repeats: int) -> dict:
+    """c = draft decode step time / target decode step time, both generating alone.
+
+    Two lengths, `max_new_tokens` and half of it plus one (one compiled program each when
+    max_new_tokens is a power of two), so the prefill cancels in the difference.
+
+    Returns:
+      {"target_step_s", "draft_step_s", "c"}; c is None without a draft.
+    """
+    long = max(int(max_new_tokens), 2)
+    short = long // 2 + 1 if long > 2 else 1
+    models = {"target": target} if draft is None else {"target": target, "draft": draft}
+    per_token = _per_token_seconds(models, prompt, long, short, max(int(repeats), 1))
+    c = per_token["draft"] / per_token["target"] if draft is not None else None
+    return {"target_step_s": per_token["target"], "draft_step_s": per_token.get("draft"), "c": c}
+
+
+def _measure_alpha(cfg, runner, workloads, name, draft) -> dict:
+    spec = mt.speculative_config(name, cfg, draft)
+    per_category = {}
+    for category, batches in workloads.items():
+        _, stats = runner.run(batches, cfg.temperature, spec)
+        per_category[category] = stats
+    stats = timing.pool_stats(list(per_category.values()))
+    n = mt.depth_of(cfg, name)
+    alpha = alpha_from_acceptance(stats["acceptance_by_position"])
+    tau_alpha = alpha_from_tau(min(max(stats["tau"], 1.0), n + 1.0), n)
+    return {
+        "n_measured": n,
+        "tau": stats["tau"],
+        "acceptance_by_position": stats["acceptance_by_position"],
+        "alpha": tau_alpha if alpha is None else alpha,
+        "alpha_from_tau": tau_alpha,
+        "alpha_by_category": {
+            c: alpha_from_acceptance(s["acceptance_by_position"]) for c, s in per_category.items()
+        },
+    }
+
+
+def _predictions(alpha: float, c: float, n_max: int) -> list[dict]:
+    return [
+        {
+            "n": n,
+            "tokens_per_call": expected_tokens_per_call(alpha, n),
+            "speedup": expected_speedup(alpha, n, c),
+        }
+        for n in range(1, n_max + 1)
+    ]
+
+
+def _measure_candidates(cfg, runner, workloads, candidates, draft) -> list[dict]:
+    rows = []
+    for cand in candidates:
+        name, n = cand["method"], cand["n"]
+        spec = mt.speculative_config(name, mt.with_depth(cfg, name, n), draft)
+        measured = runner.compare(workloads, cfg.temperature, spec, int(cfg.repeats))
+        cats = measured["categories"].values()
+        stats = timing.pool_stats([c["stats"] for c in cats])
+        t = timing.median([sum(x) for x in zip(*(c["times_s"] for c in cats), strict=True)])
+        t_ar = timing.median([sum(x) for x in zip(*(c["ar_times_s"] for c in cats), strict=True)])
+        rows.append(
+            {
+                **cand,
+                "measured_tau": stats["tau"],
+                "measured_speedup": t_ar / t,
+                "compile_s": measured["compile_s"],
+            }
+        )
+    return rows
+
+
+def pick(cfg, workdir, *, target=None, draft=None) -> dict:
+    """Measure alpha and c, predict every method x N, pick the best, check it by measuring.
+
+    Args:
+      cfg: a `default_config()` ConfigDict.
+      workdir: output directory for recommendation.md / recommendation.json (created).
+      target, draft: optional Models used instead of `cfg.target` / `cfg.draft`.
+    Returns:
+      The recommendation dict written to recommendation.json: machine, config, cost,
+      methods ({name: alpha, c, predictions, ...}), choice and measured.
+    """
+    from specjax.bench.harness import resolve_models
+
+    names = [m for m in cfg.methods if m != "autoregressive"]
+    mt.check_methods(names, draft if draft is not None else (cfg.draft or None))
+    if not isinstance(cfg.n_max, numbers.Integral) or not 1 <= cfg.n_max <= 16:
+        raise ValueError(f"n_max={cfg.n_max!r} must be an integer in [1, 16]")
+    target, draft, timed_draft = resolve_models(cfg, target, draft)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    prompts = sample_prompts(cfg, target.tokenizer)
+    runner = timing.Runner(target, int(cfg.max_new_tokens), int(cfg.seed))
+    workloads = {c: timing.make_batches(p, 1) for c, p in prompts.items()}
+    first_prompt = next(iter(prompts.values()))[0]
+    cost = measure_cost_ratio(target, timed_draft, first_prompt, cfg.max_new_tokens, cfg.repeats)
+    per_method = {}
+    for name in names:
+        entry = _measure_alpha(cfg, runner, workloads, name, timed_draft)
+        entry["c"] = cost["c"] if mt.get_method(name).needs_draft else 0.0
+        entry["predictions"] = _predictions(entry["alpha"], entry["c"], int(cfg.n_max))
+        per_method[name] = entry
+    ranked = sorted(
+        (
+            {"method": name, "n": p["n"], "predicted_tau": p["tokens_per_call"],
+             "predicted_speedup": p["speedup"]}
+            for name, e in per_method.items()
+            for p in e["predictions"]
+        ),
+        key=lambda r: -r["predicted_speedup"],
+    )  # fmt: skip
+    best_per_method = []  # each method's best N, best first (ranked is sorted, stable in N)
+    for row in ranked:
+        if row["method"] not in {b["method"] for b in best_per_method}:
+            best_per_method.append(row)
+    measured = []
+    if cfg.measure and best_per_method:
+        top = best_per_method[: max(int(cfg.measure_top), 1)]
+        measured = _measure_candidates(cfg, runner, workloads, top, timed_draft)
+    choice = _choose(best_per_method, measured)
+    result = {
+        "machine": timing.machine_info(),
+        "config": cfg.to_dict(),
+        "models": {"target": repr(target), "draft": repr(draft) if draft else None},
+        "prompts": {c: len(p) for c, p in prompts.items()},
+        "cost": cost,
+        "methods": per_method,
+        "ranked": ranked,
+        "measured": measured,
+        "choice": choice,
+    }
+    (workdir / "recommendation.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    (workdir / "recommendation.md").write_text(recommendation_markdown(result, workdir))
+    return result
+
+
+def _choose(best_per_method: list[dict], measured: list[dict]) -> dict:
+    """The pick: the best measured candidate when measured, else the best predicted one.
+
+    Autoregressive when the winner's speedup (measured if available) is not above 1.
+    """
+    pool = measured or best_per_method
+    key = "measured_speedup" if measured else "predicted_speedup"
+    if not pool:
+        return {"method": "autoregressive", "n": 0, "basis": "no speculative method given"}
+    best = max(pool, key=lambda r: r[key])
+    if best[key] <= 1.0:
+        return {
+            "method": "autoregressive",
+            "n": 0,
+            "basis": f"best {key.replace('_', ' ')} {best[key]:.2f}x <= 1 ({best['method']}, "
+            f"N={best['n']})",
+        }
+    return {**best, "basis": key}
+
+
+def _fmt(x, spec=".2f") -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def recommendation_markdown(result: dict, workdir) -> str:
+    """recommendation.md: the pick, predicted vs measured, and what the prediction used."""
+    choice, cfg, cost = result["choice"], result["config"], result["cost"]
+    if choice["method"] == "autoregressive":
+        headline = f"**Do not speculate**: {choice['basis']}."
+    else:
+        got = choice.get("measured_speedup")
+        headline = (
+            f"**Use `{choice['method']}` with N = {choice['n']}** at temperature "
+            f"{cfg['temperature']}: predicted {choice['predicted_speedup']:.2f}x"
+            + (f", measured {got:.2f}x" if got is not None else "")
+            + " over autoregressive decoding."
+        )
+    lines = [
+        "# Speculative decoding recommendation",
+        "",
+        headline,
+        "",
+        f"Target: `{result['models']['target']}`; draft: `{result['models']['draft']}`; "
+        f"prompts: {result['prompts']} (batch 1, {cfg['max_new_tokens']} new tokens).",
+        "",
+        "## Predicted vs measured",
+        "",
+        "| method | N | predicted tau | measured tau | predicted speedup | measured speedup |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in result["measured"] or result["ranked"][:5]:
+        lines.append(
+            f"| {r['method']} | {r['n']} | {_fmt(r['predicted_tau'])} | "
+            f"{_fmt(r.get('measured_tau'))} | {_fmt(r['predicted_speedup'])}x | "
+            f"{_fmt(r.get('measured_speedup'))}x |"
+        )
+    lines += [
+        "",
+        "## What the prediction used",
+        "",
+        f"Cost ratio c = draft step / target step = {_fmt(cost['c'], '.3f')} "
+        f"(target {_fmt(cost['target_step_s'] * 1e3, '.2f')} ms/token, draft "
+        f"{_fmt(None if cost['draft_step_s'] is None else cost['draft_step_s'] * 1e3, '.2f')} "
+        "ms/token, batch 1, T=0); methods without a draft model use c = 0.",
+        "",
+        "| method | measured at N | tau | alpha (MLE) | alpha from tau | c | best N | "
+        "predicted speedup at best N |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, e in result["methods"].items():
+        best = max(e["predictions"], key=lambda p: p["speedup"])
+        lines.append(
+            f"| {name} | {e['n_measured']} | {e['tau']:.2f} | {e['alpha']:.3f} | "
+            f"{e['alpha_from_tau']:.3f} | {_fmt(e['c'], '.3f')} | {best['n']} | "
+            f"{best['speedup']:.2f}x |"
+        )
+    lines += [
+        "",
+        "Model: speedup = (1 - a^(N+1)) / ((1 - a)(N c + 1)) with i.i.d. acceptance a "
+        "(Leviathan et al. 2023). It ignores the verification pass growing with N and "
+        "per-step overheads; the measured column is the ground truth on this machine.",
+        "",
+        f"Machine: {result['machine']['processor']}, {result['machine']['cpu_count']} CPUs, "
+        f"jax {result['machine']['jax']} ({result['machine']['backend']}). "
+        f"Written to `{workdir}`.",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,417 @@
+"""Train a decoder LM from scratch: corpus -> BPE tokenizer -> packed rows -> AdamW -> HF export.
+
+    from specjax.train import lm
+    config = lm.default_config()            # or configs/train_lm.py:get_config("tiny")
+    summary = lm.train_lm(config, "/tmp/lm")
+    model = sj.load_model("/tmp/lm")         # the exported <workdir>/hf
+
+The trainer reads top to bottom: setup (data, tokenizer, model, optimizer), restore, loop
+(train step, metrics, eval, checkpoints), final save and export. A workdir holds:
+
+    tokenizer/           tokenizer.json (+ tokenizer_config.json) used for the whole run
+    checkpoints/<step>/  orbax: model + optimizer state, and the config as JSON
+    metrics.jsonl        one record per log/eval step; tensorboard/ the same as event files
+    hf/                  the final model in Hugging Face layout (`sj.load_model(workdir)`)
+    results.json         {"task": "train_lm", "runs": [summary]}
+
+Steps count optimizer updates: step s is the state after s updates, trained on the batches
+`data.batches` yields for indices 0..s-1.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx
+from tqdm.auto import tqdm
+
+from specjax.cache import KVCache
+from specjax.io.hf import Model, save_hf
+from specjax.io.tokenizer import Tokenizer, train_bpe
+from specjax.models import Decoder, ModelConfig
+from specjax.train import checkpoint, data
+from specjax.train.metrics import JSONL_NAME, MetricWriter, read_jsonl
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS, TOKENIZER, HF, RESULTS = "checkpoints", "tokenizer", "hf", "results.json"
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every knob of `train_lm` with its default (a small Llama on the embedded corpus).
+
+    Returns:
+      ConfigDict with task, seed (init and batch order), data (load_text_dataset and
+      split_dataset arguments), tokenizer (path of a tokenizer.json or a directory holding
+      one, "" = train a BPE on the train split), model (ModelConfig fields; the vocabulary
+      size comes from the tokenizer) and train (optimizer, schedule and loop knobs).
+    """
+    placeholder = ml_collections.config_dict.placeholder
+    config = ml_collections.ConfigDict()
+    config.task = "train_lm"
+    config.seed = 0
+    config.data = dict(
+        source="embedded",
+        eval_fraction=0.05,
+        seed=0,
+        max_documents=placeholder(int),
+        max_chars=placeholder(int),
+        sample_by="document",
+    )
+    config.tokenizer = dict(path="", vocab_size=2048, min_frequency=2)
+    config.model = dict(
+        model_type="llama",
+        num_layers=2,
+        hidden_size=128,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=32,
+        intermediate_size=384,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        rope_theta=10000.0,
+        dtype="float32",
+    )
+    config.train = dict(
+        seq_len=128,
+        batch_size=16,
+        num_steps=500,
+        learning_rate=3e-3,
+        end_learning_rate_ratio=0.1,
+        warmup_steps=50,
+        weight_decay=0.1,
+        b1=0.9,
+        b2=0.95,
+        grad_clip_norm=1.0,
+        log_every=10,
+        eval_every=100,
+        eval_batches=8,
+        checkpoint_every=100,
+        max_to_keep=2,
+        progress=True,
+        debug_nan_at_step=-1,  # > 0: the loss of that step is made NaN (tests the guard)
+    )
+    return config
+
+
+# ----------------------------------------------------------------------------------- setup
+
+
+def load_tokenizer(config: ml_collections.ConfigDict, texts, workdir: Path) -> Tokenizer:
+    """The run's tokenizer, in resume order: the workdir's own, the configured path, a new BPE.
+
+    A new or configured tokenizer is saved to `<workdir>/tokenizer` so that a resumed run
+    tokenizes exactly as the interrupted one did.
+    """
+    own = workdir / TOKENIZER
+    if (own / "tokenizer.json").is_file():
+        return Tokenizer.from_dir(own)
+    path = Path(config.tokenizer.path) if config.tokenizer.path else None
+    if path is not None:
+        tokenizer = Tokenizer.from_dir(path) if path.is_dir() else Tokenizer.from_file(path)
+    else:
+        tokenizer = train_bpe(
+            texts, config.tokenizer.vocab_size, min_frequency=config.tokenizer.min_frequency
+        )
+    if jax.process_index() == 0:
+        tokenizer.save(own)
+    return tokenizer
+
+
+def prepare_data(config: ml_collections.ConfigDict, workdir: Path):
+    """Corpus -> (tokenizer, train rows [N, T+1], eval rows [M, T+1]) int32."""
+    d = config.data
+    ds = data.load_text_dataset(
+        d.source, max_documents=d.max_documents, max_chars=d.max_chars, sample_by=d.sample_by
+    )
+    train_ds, eval_ds = data.split_dataset(ds, d.eval_fraction, d.seed)
+    tokenizer = load_tokenizer(config, train_ds["text"], workdir)
+    seq_len, eos = config.train.seq_len, tokenizer.eos_token_id
+    train_rows = data.pack(data.tokenize(train_ds["text"], tokenizer), seq_len, eos)
+    try:
+        eval_rows = data.pack(data.tokenize(eval_ds["text"], tokenizer), seq_len, eos)
+    except ValueError as e:
+        raise ValueError(
+            f"the eval split ({len(eval_ds)} documents) is too small for seq_len={seq_len}: "
+            f"raise data.eval_fraction or use a larger corpus ({e})"
+        ) from e
+    log.info(
+        "data: %d train rows, %d eval rows of %d tokens", len(train_rows), len(eval_rows), seq_len
+    )
+    return tokenizer, train_rows, eval_rows
+
+
+def model_config(model: ml_collections.ConfigDict, tokenizer: Tokenizer) -> ModelConfig:
+    """ModelConfig from the config's model fields; vocabulary and special ids from the tokenizer."""
+    return ModelConfig(
+        **model.to_dict(),
+        vocab_size=tokenizer.vocab_size,
+        eos_token_ids=tuple(tokenizer.eos_token_ids),
+        bos_token_id=tokenizer.bos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def make_optimizer(
+    train: ml_collections.ConfigDict,
+) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """Clip by global norm, then AdamW on a warmup-cosine schedule (no decay on vectors).
+
+    Returns:
+      (the transformation, the learning-rate schedule as a function of the step).
+    """
+    schedule = optax.warmup_cosine_decay_schedule(
+        init_value=0.0,
+        peak_value=train.learning_rate,
+        warmup_steps=train.warmup_steps,
+        decay_steps=max(train.num_steps, train.warmup_steps + 1),
+        end_value=train.learning_rate * train.end_learning_rate_ratio,
+    )
+    # Norm scales and biases are not decayed (the usual GPT recipe).
+    decay_mask = lambda params: jax.tree.map(lambda x: x.ndim >= 2, params)
+    tx = optax.chain(
+        optax.clip_by_global_norm(train.grad_clip_norm),
+        optax.adamw(
+            schedule, b1=train.b1, b2=train.b2, weight_decay=train.weight_decay, mask=decay_mask
+        ),
+    )
+    return tx, schedule
+
+
+def init_train_state(model_cfg: ModelConfig, tx: optax.GradientTransformation, seed: int):
+    """A fresh decoder and its optimizer, as (graphdef, state) of `nnx.split((decoder, optimizer))`.
+
+    Initialised in one jitted call: eager initialisation would compile every initializer
+    separately (seconds on a CPU). The parameters depend only on `seed`.
+    """
+
+    def create():
+        decoder = Decoder(model_cfg, nnx.Rngs(seed))
+        return decoder, nnx.Optimizer(decoder, tx, wrt=nnx.Param)
+
+    graphdef, _ = nnx.split(nnx.eval_shape(create))
+    state = jax.jit(lambda: nnx.split(create())[1])()
+    return graphdef, state
+
+
+def next_token_loss(decoder: Decoder, inputs, targets):
+    """Mean cross entropy of next-token prediction. inputs, targets: [B, T] int32 -> [] float32."""
+    B, T = inputs.shape
+    positions = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))  # [B, T]
+    # A fresh cache of exactly T slots: the causal block mask over it is plain causal attention.
+    cache = KVCache.for_model(decoder.config, B, T)
+    logits = decoder(inputs, positions, cache).logits  # [B, T, V] float32
+    return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
+
+
+def make_train_step(graphdef, nan_at_step: int = -1):
+    """The jitted update: (state, batch) -> (new state, loss). The state is donated.
+
+    Args:
+      graphdef: from `nnx.split((decoder, optimizer))`.
+      nan_at_step: > 0 makes the loss of that step NaN (a test hook for the non-finite guard).
+    """
+
+    def train_step(state, inputs, targets):
+        decoder, optimizer = nnx.merge(graphdef, state)
+
+        def loss_fn(model):
+            loss = next_token_loss(model, inputs, targets)
+            if nan_at_step > 0:  # static: the hook costs nothing when off
+                loss = jnp.where(optimizer.step[...] + 1 == nan_at_step, jnp.nan, loss)
+            return loss
+
+        loss, grads = nnx.value_and_grad(loss_fn)(decoder)
+        optimizer.update(decoder, grads)
+        return nnx.state((decoder, optimizer)), loss
+
+    return jax.jit(train_step, donate_argnums=0)
+
+
+def make_eval_step(graphdef):
+    """The jitted eval loss: (state, inputs, targets) -> [] float32."""
+
+    @jax.jit
+    def eval_step(state, inputs, targets):
+        decoder, _ = nnx.merge(graphdef, state)
+        return next_token_loss(decoder, inputs, targets)
+
+    return eval_step
+
+
+def evaluate(eval_step, state, eval_rows: np.ndarray, batch_size: int, num_batches: int) -> dict:
+    """Mean loss and perplexity over the first `num_batches` batches of the eval rows (in order)."""
+    batch_size = min(batch_size, len(eval_rows))
+    count = max(1, min(num_batches, len(eval_rows) // batch_size))
+    losses = []
+    for i in range(count):
+        rows = eval_rows[i * batch_size : (i + 1) * batch_size]  # [B, T + 1]
+        losses.append(eval_step(state, rows[:, :-1], rows[:, 1:]))
+    loss = float(np.mean(jax.device_get(losses)))
+    return {"eval/loss": loss, "eval/perplexity": math.exp(min(loss, 50.0))}
+
+
+def check_finite(pending: list[tuple[int, jax.Array]]) -> list[float]:
+    """Fetches pending (step, loss) pairs; FloatingPointError at the first non-finite one."""
+    values = [float(v) for v in jax.device_get([loss for _, loss in pending])]
+    for (step, _), value in zip(pending, values, strict=True):
+        if not math.isfinite(value):
+            raise FloatingPointError(
+                f"training loss is {value} at step {step}: stopping (lower train.learning_rate, "
+                "raise train.warmup_steps or tighten train.grad_clip_norm)"
+            )
+    return values
+
+
+# ----------------------------------------------------------------------------------- the run
+
+
+def train_lm(config: ml_collections.ConfigDict, workdir) -> dict:
+    """Trains (or resumes) a decoder LM as `config` says and exports it to `<workdir>/hf`.
+
+    Resume order (a restarted run redoes exactly what the interrupted one would have done):
+      1. Tokenizer: `<workdir>/tokenizer` if present, else `config.tokenizer.path`, else a BPE
+         trained on the train split; a new one is saved to `<workdir>/tokenizer` first.
+      2. Model and optimizer are built from `config.seed` as on a fresh run, then replaced by
+         the latest committed checkpoint in `<workdir>/checkpoints` (parameters, AdamW moments
+         and step count, hence the learning-rate schedule). Interrupted saves are ignored.
+      3. Data resumes at batch index `step` (`data.batches(..., start_step=step)`).
+      4. `metrics.jsonl` drops its records after `step`; the redone steps are logged again.
+
+    Args:
+      config: see `default_config`.
+      workdir: the run's directory (created if missing).
+    Returns:
+      Summary dict: step, resumed_from (the restored step, 0 on a fresh run), train_loss,
+      eval_loss, eval_perplexity, num_params, tokens_seen, train_seconds, hf_dir; also
+      written to `<workdir>/results.json`.
+    Raises:
+      FloatingPointError: the training loss became NaN or infinite (the message names the step).
+    """
+    workdir = Path(workdir).absolute()
+    workdir.mkdir(parents=True, exist_ok=True)
+    train = config.train
+
+    # Setup: data, tokenizer, model, optimizer.
+    tokenizer, train_rows, eval_rows = prepare_data(config, workdir)
+    tx, schedule = make_optimizer(train)
+    model_cfg = model_config(config.model, tokenizer)
+    graphdef, state = init_train_state(model_cfg, tx, config.seed)
+    log.info(
+        "model: %d layers, D=%d, V=%d, %.2fM parameters",
+        model_cfg.num_layers,
+        model_cfg.hidden_size,
+        model_cfg.vocab_size,
+        model_cfg.num_params() / 1e6,
+    )
+
+    # Restore: the latest committed checkpoint, if any.
+    manager = checkpoint.make_manager(workdir / CHECKPOINTS, max_to_keep=train.max_to_keep)
+    start, restored = checkpoint.restore_latest(manager, nnx.to_pure_dict(state))
+    start = start or 0
+    if start:
+        nnx.replace_by_pure_dict(state, restored)
+        log.info("resumed from step %d of %d", start, train.num_steps)
+
+    # Loop, eval, save.
+    writer = MetricWriter(workdir, resume_step=start)
+    steps = (make_train_step(graphdef, train.debug_nan_at_step), make_eval_step(graphdef))
+    begin = time.perf_counter()
+    try:
+        state, train_loss = _loop(
+            config, state, steps, train_rows, eval_rows, manager, writer, schedule, start
+        )
+        final_eval = evaluate(steps[1], state, eval_rows, train.batch_size, train.eval_batches)
+        writer.write(train.num_steps, final_eval)
+        if manager.latest_step() != train.num_steps:
+            _save(manager, train.num_steps, state, config)
+    finally:
+        manager.wait_until_finished()
+        writer.close()
+
+    decoder, _ = nnx.merge(graphdef, state)
+    if math.isnan(train_loss):  # nothing left to train: report the last logged loss
+        logged = [r["train/loss"] for r in read_jsonl(workdir / JSONL_NAME) if "train/loss" in r]
+        train_loss = logged[-1] if logged else train_loss
+    summary = {
+        "step": int(train.num_steps),
+        "resumed_from": start,
+        "train_loss": train_loss,
+        "eval_loss": final_eval["eval/loss"],
+        "eval_perplexity": final_eval["eval/perplexity"],
+        "num_params": decoder.config.num_params(),
+        "tokens_seen": int(train.num_steps * train.batch_size * train.seq_len),
+        "train_seconds": round(time.perf_counter() - begin, 2),
+        "hf_dir": str(workdir / HF),
+    }
+    if jax.process_index() == 0:
+        save_hf(Model(decoder, tokenizer), workdir / HF)
+        results = {"task": "train_lm", "runs": [summary]}
+        (workdir / RESULTS).write_text(json.dumps(results, indent=2) + "\n")
+    log.info(
+        "trained: eval loss %.3f, perplexity %.1f", summary["eval_loss"], summary["eval_perplexity"]
+    )
+    return summary
+
+
+def _save(manager, step: int, state, config) -> None:
+    # Host copies: the next train step donates (reuses) the device buffers the save would read.
+    host = jax.tree.map(np.array, nnx.to_pure_dict(state))
+    checkpoint.save(manager, step, host, config.to_dict())
+
+
+def _loop(config, state, steps, train_rows, eval_rows, manager, writer, schedule, start):
+    """Steps start+1 .. num_steps; returns (state, mean train loss of the last log interval)."""
+    train = config.train
+    train_step, eval_step = steps
+    pending, train_loss = [], float("nan")
+    tick, tick_step = time.perf_counter(), start
+    bar = tqdm(
+        total=train.num_steps,
+        initial=start,
+        desc=f"train {config.model.num_layers}x{config.model.hidden_size}",
+        unit="step",
+        disable=not train.progress or jax.process_index() != 0,
+    )
+    stream = data.batches(train_rows, train.batch_size, config.seed, start_step=start)
+    for index, batch in stream:
+        step = index + 1
+        if step > train.num_steps:
+            break
+        state, loss = train_step(state, batch["inputs"], batch["targets"])
+        pending.append((step, loss))
+        bar.update(1)
+        if step % train.log_every == 0 or step == train.num_steps:
+            train_loss = float(np.mean(check_finite(pending)))
+            pending = []
+            elapsed, tick = time.perf_counter() - tick, time.perf_counter()
+            tokens = (step - tick_step) * train.batch_size * train.seq_len
+            tick_step = step
+            writer.write(
+                step,
+                {
+                    "train/loss": train_loss,
+                    "train/learning_rate": schedule(step - 1),
+                    "train/tokens_per_s": tokens / elapsed,
+                },
+            )
+            bar.set_postfix(loss=f"{train_loss:.3f}")
+        if step % train.eval_every == 0 and step < train.num_steps:
+            writer.write(
+                step, evaluate(eval_step, state, eval_rows, train.batch_size, train.eval_batches)
+            )
+        if step % train.checkpoint_every == 0 and step < train.num_steps:
+            check_finite(pending)  # never save a state that saw a non-finite loss
+            _save(manager, step, state, config)
+    bar.close()
+    check_finite(pending)
+    return state, train_loss

@@ -1,0 +1,164 @@
+"""The quickstart: the embedded default pipeline in one call.
+
+    embedded corpus -> BPE tokenizer -> target LM -> draft LM (same tokenizer)
+        -> benchmark of every method against autoregressive -> report
+
+    python -m launch.main --config=configs/quickstart.py --workdir=workdirs/quickstart
+
+Workdir layout: `target/` and `draft/` are `train_lm` workdirs (each exports `hf/`, so
+`sj.load_model(<workdir>/target)` works), `bench/` holds the benchmark's own results.json,
+report.md and plots, and the top level holds `report.md` and `results.json` (this run's
+summary: the two models, their decode cost, and the benchmark rows). Every stage resumes:
+a second call with the same workdir restores the trained models from their checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import ml_collections
+import numpy as np
+
+from specjax.decoding.engine import generate
+from specjax.io.hf import Model, load_model
+from specjax.train.lm import HF, train_lm
+
+log = logging.getLogger(__name__)
+
+RESULTS, REPORT = "results.json", "report.md"
+
+
+def _bench_runner():
+    """`specjax.bench.harness.run_bench`, or an ImportError that says what is missing."""
+    try:
+        from specjax.bench.harness import run_bench
+    except ImportError as e:
+        raise ImportError(
+            "the quickstart's benchmark stage needs specjax.bench.harness.run_bench, which "
+            f"cannot be imported ({e}). Train models alone with task=train_lm "
+            "(configs/train_lm.py)."
+        ) from e
+    return run_bench
+
+
+def _hf_dir(path: Path) -> Path:
+    """A training workdir's exported model, or `path` itself when it is an HF directory."""
+    return path / HF if (path / HF / "config.json").is_file() else path
+
+
+def decode_ms_per_token(model: Model, prompt: list[int], new_tokens: int) -> float:
+    """Autoregressive decode cost at batch 1 in ms per token (best of 3, after a warm-up)."""
+    run = lambda: generate(model, [prompt], new_tokens, stop_token_ids=[])
+    run()  # compile
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return 1000.0 * min(times) / new_tokens
+
+
+def quickstart(config: ml_collections.ConfigDict, workdir) -> dict:
+    """Trains a target and a draft LM, benchmarks every method, writes the report.
+
+    Args:
+      config: configs/quickstart.py: target and draft (train_lm configs), target_path (""
+        or a trained target to reuse), bench (a `specjax.bench.default_config()`).
+      workdir: the run's directory.
+    Returns:
+      The summary written to `<workdir>/results.json`: target, draft (training summaries,
+      `decode_ms_per_token` at batch 1), decode_cost_ratio (draft / target) and runs (the
+      benchmark's rows: method, category, batch_size, temperature, tau, speedup, ...).
+    """
+    workdir = Path(workdir).absolute()
+    run_bench = _bench_runner()  # fail before training, not after
+
+    log.info("quickstart 1/4: target LM")
+    if config.target_path:
+        target_dir, target_summary = _hf_dir(Path(config.target_path)), {}
+    else:
+        target_summary = train_lm(config.target, workdir / "target")
+        target_dir = workdir / "target" / HF
+
+    log.info("quickstart 2/4: draft LM (the target's tokenizer)")
+    draft_config = config.draft.copy_and_resolve_references()
+    if not draft_config.tokenizer.path:
+        draft_config.tokenizer.path = str(target_dir)
+    draft_summary = train_lm(draft_config, workdir / "draft")
+
+    log.info("quickstart 3/4: benchmark")
+    target, draft = load_model(target_dir), load_model(workdir / "draft")
+    bench = run_bench(config.bench, workdir / "bench", target=target, draft=draft)
+    # The bench's prompt and generation lengths: the target's program is already compiled.
+    text_ids = target.tokenizer.encode("def main(argv):\n    return 0\n")
+    prompt = (text_ids * config.bench.prompt_tokens)[: config.bench.prompt_tokens]
+    for model, summary in ((target, target_summary), (draft, draft_summary)):
+        summary["decode_ms_per_token"] = decode_ms_per_token(
+            model, prompt, config.bench.max_new_tokens
+        )
+
+    log.info("quickstart 4/4: report")
+    summary = {
+        "task": "quickstart",
+        "target": {"model": _describe(target), **target_summary},
+        "draft": {"model": _describe(draft), **draft_summary},
+        "decode_cost_ratio": draft_summary["decode_ms_per_token"]
+        / target_summary["decode_ms_per_token"],
+        "runs": bench["runs"],
+    }
+    (workdir / RESULTS).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    (workdir / REPORT).write_text(report_markdown(summary))
+    log.info("quickstart report: %s", workdir / REPORT)
+    return summary
+
+
+def _describe(model: Model) -> str:
+    c = model.config
+    return f"{c.num_layers}x{c.hidden_size}, V={c.vocab_size}, {c.num_params() / 1e6:.2f}M params"
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def report_markdown(summary: dict) -> str:
+    """The quickstart's report: the two models, then the benchmark pooled over categories."""
+    lines = [
+        "# specjax quickstart",
+        "",
+        "| model | architecture | train steps | eval loss | perplexity | decode ms/token (b=1) |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for name in ("target", "draft"):
+        s = summary[name]
+        lines.append(
+            f"| {name} | {s['model']} | {s.get('step', '-')} | {_fmt(s.get('eval_loss'), '.3f')} "
+            f"| {_fmt(s.get('eval_perplexity'), '.1f')} | {s['decode_ms_per_token']:.2f} |"
+        )
+    lines += [
+        "",
+        f"Decode cost ratio c = draft / target = {summary['decode_cost_ratio']:.3f}.",
+        "",
+        "| method | batch | temperature | tau | speedup | tokens/s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    runs = summary["runs"]
+    pooled = [r for r in runs if r.get("category") == "overall"] or runs
+    for r in pooled:
+        lines.append(
+            f"| {r['method']} | {r['batch_size']} | {r['temperature']:g} | {r['tau']:.2f} "
+            f"| {r['speedup']:.2f} | {_fmt(r.get('tokens_per_s'), '.1f')} |"
+        )
+    if pooled:
+        best = max(pooled, key=lambda r: r["speedup"])
+        lines += [
+            "",
+            f"Fastest: {best['method']} at batch {best['batch_size']}, T={best['temperature']:g}: "
+            f"{best['speedup']:.2f}x (median speedup over all rows "
+            f"{float(np.median([r['speedup'] for r in pooled])):.2f}x).",
+        ]
+    lines += ["", "Per-category rows, tau vs N and plots: bench/report.md, bench/plots/.", ""]
+    return "\n".join(lines)

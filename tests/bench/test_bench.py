@@ -1,0 +1,224 @@
+"""The benchmark harness end to end on tiny models, plus its registry and statistics."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+import specjax as sj
+from specjax.bench import default_config, timing
+from specjax.bench import methods as mt
+from specjax.bench.harness import run_bench
+from specjax.bench.pairs import truncated_draft
+from specjax.io.tokenizer import train_bpe
+from specjax.train import data
+
+REPO = Path(__file__).resolve().parents[2]
+N = 2  # num_speculative_tokens and tree depth: tau_vs_n's N=2 reuses the grid's program
+
+
+@pytest.fixture(scope="module")
+def pair():
+    texts = data.load_text_dataset("embedded", max_documents=40, max_chars=20_000)["text"]
+    tok = train_bpe(texts, vocab_size=320)
+    config = sj.ModelConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=8,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
+    target = sj.Model(sj.Decoder(config, seed=0), tok, "tiny-target")
+    return target, truncated_draft(target, 1)
+
+
+def tiny_config(methods):
+    cfg = default_config()
+    cfg.methods = tuple(methods)
+    cfg.num_speculative_tokens = N
+    cfg.draft_tree.depth = N
+    cfg.batch_sizes = (1,)
+    cfg.temperatures = (0.0,)
+    cfg.repeats = 1
+    cfg.max_new_tokens = 16
+    cfg.prompt_tokens = 16
+    cfg.num_prompts = 2
+    cfg.tau_vs_n = (1, N)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def bench(pair, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("bench")
+    target, draft = pair
+    results = run_bench(tiny_config(mt.registered_methods()), workdir, target=target, draft=draft)
+    return workdir, results
+
+
+def test_results_json_has_every_method_and_category(bench):
+    workdir, results = bench
+    on_disk = json.loads((workdir / "results.json").read_text())
+    assert set(on_disk) >= {"machine", "config", "runs", "tau_vs_n"}
+    assert on_disk["machine"]["cpu_count"] >= 1 and on_disk["config"]["repeats"] == 1
+    runs = on_disk["runs"]
+    assert {r["method"] for r in runs} == {"autoregressive", "draft_model", "draft_tree", "ngram"}
+    for method in mt.registered_methods():
+        cats = sorted(r["category"] for r in runs if r["method"] == method)
+        assert cats == ["code", "overall", "prose"]
+    for r in runs:
+        assert r["tau"] >= 1.0 and r["speedup"] > 0 and r["tokens_per_s"] > 0
+        assert r["ar_tokens_per_s"] > 0 and r["compile_s"] >= 0 and r["retraced"] == 0
+        assert len(r["times_s"]) == 1 and r["batch_size"] == 1 and r["temperature"] == 0.0
+        # Fixed budget, no stop ids: 2 prompts x 16 tokens per category, 4 overall.
+        assert r["generated_tokens"] == (64 if r["category"] == "overall" else 32)
+
+
+def test_acceptance_statistics_are_consistent(bench):
+    _, results = bench
+    depth = {"autoregressive": 0, "draft_model": N, "draft_tree": N, "ngram": N}
+    for r in results["runs"]:
+        u, c = r["acceptance_by_position"], r["conditional_acceptance_by_position"]
+        assert len(u) == len(c) == depth[r["method"]]
+        # E[accepted drafts per step] = sum_i P(accepted >= i), exactly, for pooled counts.
+        assert r["tau"] == pytest.approx(1.0 + sum(u), abs=1e-9)
+        assert all(a >= b - 1e-12 for a, b in zip(u, u[1:], strict=False))
+        previous = [1.0, *u][: len(u)]
+        for ui, ci, pi in zip(u, c, previous, strict=True):
+            assert ui == pytest.approx(ci * pi, abs=1e-12)
+    ar = [r for r in results["runs"] if r["method"] == "autoregressive"]
+    assert all(r["tau"] == 1.0 for r in ar)
+    # The truncated draft shares the target's embedding and head: it is accepted sometimes.
+    dm = next(
+        r for r in results["runs"] if (r["method"], r["category"]) == ("draft_model", "overall")
+    )
+    assert 1.0 < dm["tau"] <= N + 1
+
+
+def test_tau_vs_n_sweep(bench):
+    _, results = bench
+    points = results["tau_vs_n"]
+    assert [p["n"] for p in points] == [1, N]
+    for p in points:
+        assert 1.0 <= p["tau"] <= p["n"] + 1 and p["speedup"] > 0
+    # Greedy decoding is deterministic: the sweep's N=2 point is the grid's draft_model run.
+    grid = next(
+        r for r in results["runs"] if (r["method"], r["category"]) == ("draft_model", "overall")
+    )
+    assert points[-1]["tau"] == grid["tau"]
+    assert points[-1]["acceptance_by_position"] == grid["acceptance_by_position"]
+
+
+def test_report_and_plots(bench):
+    workdir, _ = bench
+    report = (workdir / "report.md").read_text()
+    for needle in ("| method | batch | T | tau | tokens/s", "Acceptance by position", "tau vs N"):
+        assert needle in report
+    for method in mt.registered_methods():
+        assert f"| {method} |" in report
+    assert "Compile times" in report and "launch.main --config=configs/bench.py" in report
+    for name in ("speedup", "acceptance", "tau_vs_n"):
+        png = workdir / "plots" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+        assert f"plots/{name}.png" in report
+
+
+def test_unknown_method_is_a_clear_error(tmp_path):
+    cfg = tiny_config(["draft_model", "medusa-typo"])
+    with pytest.raises(ValueError, match=r"unknown benchmark method 'medusa-typo'.*draft_model"):
+        run_bench(cfg, tmp_path)  # fails before any model is loaded
+    with pytest.raises(ValueError, match="needs a draft model"):
+        run_bench(tiny_config(["draft_tree"]), tmp_path)
+
+
+def test_registry_builds_configs_and_varies_depth(pair):
+    target, draft = pair
+    cfg = tiny_config(["draft_tree"])
+    assert mt.speculative_config("autoregressive", cfg, None) is None
+    tree = mt.speculative_config("draft_tree", mt.with_depth(cfg, "draft_tree", 3), draft)
+    assert tree["draft_tree"] == {"depth": 3, "width": 2} and tree["num_speculative_tokens"] == 3
+    assert cfg.draft_tree.depth == N  # with_depth copies
+    ngram = mt.speculative_config("ngram", mt.with_depth(cfg, "ngram", 5), None)
+    assert ngram == {
+        "method": "ngram",
+        "num_speculative_tokens": 5,
+        "prompt_lookup_min": 1,
+        "prompt_lookup_max": 3,
+    }
+    assert mt.depth_of(cfg, "draft_model") == N and mt.depth_of(cfg, "autoregressive") == 0
+
+    @mt.register_method("test_only_chain", needs_draft=True)
+    def _chain(c, d):
+        return {"method": "draft_model", "model": d, "num_speculative_tokens": 1}
+
+    try:
+        assert "test_only_chain" in mt.registered_methods()
+        with pytest.raises(ValueError, match="already registered"):
+            mt.register_method("test_only_chain")(lambda c, d: None)
+    finally:
+        mt._REGISTRY.pop("test_only_chain")
+
+
+def test_make_batches_cycles_to_full_batches():
+    p = [[1], [2], [3]]
+    assert timing.make_batches(p, 2) == [[[1], [2]], [[3], [1]]]
+    assert timing.make_batches(p, 1) == [[[1]], [[2]], [[3]]]
+    assert timing.make_batches(p, 4) == [[[1], [2], [3], [1]]]
+    with pytest.raises(ValueError):
+        timing.make_batches([], 1)
+
+
+def test_pool_stats_pools_by_counts():
+    a = {
+        "row_steps": [4],
+        "accepted_tokens": 4,
+        "draft_tokens": 8,
+        "generated_tokens": [8],
+        "acceptance_by_position": [0.75, 0.25],
+    }
+    b = {
+        "row_steps": [2, 2],
+        "accepted_tokens": 1,
+        "draft_tokens": 8,
+        "generated_tokens": [3, 2],
+        "acceptance_by_position": [0.25, 0.0],
+    }
+    pooled = timing.pool_stats([a, b])
+    assert pooled["steps"] == 8 and pooled["generated_tokens"] == 13
+    assert pooled["tau"] == pytest.approx((5 + 8) / 8)
+    assert pooled["acceptance_by_position"] == pytest.approx([0.5, 0.125])
+    assert pooled["conditional_acceptance_by_position"] == pytest.approx([0.5, 0.25])
+    assert timing.pool_stats([pooled]) == pooled  # pooling is associative
+
+
+def test_truncated_draft_copies_the_first_layers(pair):
+    target, draft = pair
+    assert draft.config.num_layers == 1 and draft.tokenizer is target.tokenizer
+    tl = nnx.state(target.module.layers[0], nnx.Param)
+    dl = nnx.state(draft.module.layers[0], nnx.Param)
+    for x, y in zip(jax.tree.leaves(tl), jax.tree.leaves(dl), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    np.testing.assert_array_equal(
+        np.asarray(target.module.lm_head.kernel.get_value()),
+        np.asarray(draft.module.lm_head.kernel.get_value()),
+    )
+    with pytest.raises(ValueError, match="num_layers=3"):
+        truncated_draft(target, 3)
+
+
+@pytest.mark.parametrize("arg", [None, "small"])
+def test_bench_config_file(arg):
+    spec = importlib.util.spec_from_file_location("bench_config", REPO / "configs" / "bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config(arg)
+    assert config.task == "bench" and config.bench.num_speculative_tokens == 4
+    assert tuple(config.bench.batch_sizes) == ((1,) if arg else (1, 8))
+    with pytest.raises(ValueError, match="unknown variant"):
+        module.get_config("huge")
