@@ -50,7 +50,7 @@ MODELS = {
 }
 
 TRAIN = {
-    "target": dict(num_steps=400, learning_rate=2e-3, warmup_steps=40),
+    "target": dict(num_steps=300, learning_rate=2e-3, warmup_steps=30),
     "draft": dict(num_steps=400, learning_rate=3e-3, warmup_steps=40),
     "tiny": dict(
         seq_len=32,

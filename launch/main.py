@@ -20,8 +20,8 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, `path.py[:arg]`.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
+CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, `path.py[:arg]`.")
+WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 # task -> "module:function"; imported only when that task runs.
@@ -54,11 +54,12 @@ class _DropOrbaxInfo(logging.Filter):
 
 
 def log_setup(config) -> None:
-    """Logs versions, devices and the resolved config."""
+    """Quiets orbax's INFO chatter; logs versions, devices and the resolved config."""
     import flax
 
     import specjax
 
+    logging.getLogger("absl").addFilter(_DropOrbaxInfo())
     logging.info(
         "jax %s, flax %s, specjax %s", jax.__version__, flax.__version__, specjax.__version__
     )
@@ -69,10 +70,9 @@ def log_setup(config) -> None:
 def main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    logging.getLogger("absl").addFilter(_DropOrbaxInfo())
-    config = _CONFIG.value
+    config = CONFIG.value
     log_setup(config)
-    dispatch(config, _WORKDIR.value)
+    dispatch(config, WORKDIR.value)
 
 
 def run() -> None:

@@ -16,6 +16,7 @@ against the first swept key).
 
 from __future__ import annotations
 
+import copy
 import csv
 import importlib.util
 import json
@@ -27,11 +28,8 @@ import ml_collections
 from absl import app, flags
 from ml_collections import config_flags
 
-from launch.main import dispatch
-
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file with get_sweep().")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory: one subdirectory a point.")
-flags.mark_flags_as_required(["config", "workdir"])
+# The launcher's --config and --workdir flags (here: the sweep's base config and directory).
+from launch.main import CONFIG, WORKDIR, dispatch, log_setup
 
 TABLE_COLUMNS = (
     "method",
@@ -49,8 +47,8 @@ SERIES_FIELDS = ("method", "batch_size", "temperature")
 
 
 def load_sweep(config_path: str) -> list[dict]:
-    """The override dicts of the config file's `get_sweep()`."""
-    path = Path(config_path)
+    """The override dicts of the config file's `get_sweep()` (`config_path`: `file.py[:arg]`)."""
+    path = Path(re.sub(r"(\.py):.*$", r"\1", config_path))
     spec = importlib.util.spec_from_file_location(f"_sweep_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -60,8 +58,12 @@ def load_sweep(config_path: str) -> list[dict]:
 
 
 def apply_overrides(config: ml_collections.ConfigDict, overrides: dict):
-    """A copy of `config` with dotted-key `overrides` set (each key must already exist)."""
-    config = config.copy_and_resolve_references()
+    """A copy of `config` with dotted-key `overrides` set (each key must already exist).
+
+    The copy keeps the config's field references, so values derived from an overridden
+    field (heads from a width, a shared data source) follow it.
+    """
+    config = copy.deepcopy(config)
     for key, value in overrides.items():
         *parents, leaf = key.split(".")
         node = config
@@ -106,7 +108,7 @@ def run_sweep(config, sweep: list[dict], workdir, run=dispatch) -> list[dict]:
         logging.info("sweep point %d/%d: %s", index + 1, len(sweep), overrides)
         run(apply_overrides(config, overrides), point_dir)
     rows = collect_rows(sweep, workdir)
-    write_tables(rows, workdir)
+    write_tables(rows, list(dict.fromkeys(k for o in sweep for k in o)), workdir)
     write_plot(rows, sweep, workdir / "sweep.png")
     return rows
 
@@ -125,16 +127,14 @@ def collect_rows(sweep: list[dict], workdir: Path) -> list[dict]:
     return rows
 
 
-def write_tables(rows: list[dict], workdir: Path) -> None:
-    """sweep.csv (every scalar column) and sweep.md (overrides and the main columns)."""
+def write_tables(rows: list[dict], keys: list[str], workdir: Path) -> None:
+    """sweep.csv (every scalar column) and sweep.md (point, swept `keys`, the main columns)."""
     columns = list(dict.fromkeys(k for r in rows for k in r))
     with (workdir / "sweep.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
-    first = rows[0] if rows else {}
-    keys = [k for k in columns if k == "point" or "." in k and k in first]
-    shown = keys + [c for c in TABLE_COLUMNS if c in columns]
+    shown = ["point", *keys] + [c for c in TABLE_COLUMNS if c in columns and c not in keys]
     fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else ("" if v is None else str(v))
     lines = ["| " + " | ".join(shown) + " |", "|" + " --- |" * len(shown)]
     lines += ["| " + " | ".join(fmt(r.get(c)) for c in shown) + " |" for r in rows]
@@ -197,9 +197,10 @@ def main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     sweep = load_sweep(config_flags.get_config_filename(flags.FLAGS["config"]))
-    workdir = Path(_WORKDIR.value)
+    log_setup(CONFIG.value)
+    workdir = Path(WORKDIR.value)
     workdir.mkdir(parents=True, exist_ok=True)
-    run_sweep(_CONFIG.value, sweep, workdir)
+    run_sweep(CONFIG.value, sweep, workdir)
     logging.info("sweep table: %s; plot: %s", workdir / "sweep.md", workdir / "sweep.png")
 
 

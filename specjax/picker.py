@@ -21,11 +21,16 @@ What is measured, on a sample of the user's prompts at batch 1:
   known; both are reported. For a tree, u_i is the chance that the accepted path reaches
   depth i, so alpha is an effective per-depth acceptance of the tree.
 - c, the draft/target cost ratio: the per-token time of the draft generating alone over
-  the target's (batch 1, T=0, differenced over two lengths so that prefill cancels).
+  the target's (batch 1, at the workload's temperature, differenced over two lengths so
+  that prefill cancels).
   Methods without a draft model (ngram) are taken as free: c = 0.
 Then predicted speedup for every method and N = 1..n_max, the best is picked (or plain
 autoregressive when nothing beats 1), and the best N of the top methods is measured
 against autoregressive (interleaved, median of `repeats`) to put predicted next to measured.
+For each measured candidate the step overhead the model leaves out is reported, in target
+decode steps: tau / measured speedup - (N c + 1). Near 0 on hardware where verifying N+1
+tokens costs the same as decoding one (memory-bound accelerators at small batch); large on
+a CPU, where it is not.
 """
 
 from __future__ import annotations
@@ -187,17 +192,17 @@ def sample_prompts(cfg, tokenizer) -> dict[str, list[list[int]]]:
     return prompts_by_category(cfg, tokenizer)
 
 
-def _per_token_seconds(models: dict, prompt, long: int, short: int, repeats: int) -> dict:
-    """Median decode time per token of each model (batch 1, T=0), prefill differenced out."""
+def _per_token_seconds(models: dict, prompt, long: int, short: int, repeats: int, temperature):
+    """Median decode time per token of each model at batch 1, prefill differenced out."""
     runners = {
         (name, m): timing.Runner(model, m) for name, model in models.items() for m in (long, short)
     }
     for runner in runners.values():  # warm-up: compile both lengths
-        runner.run([[prompt]], 0.0, None)
+        runner.run([[prompt]], temperature, None)
     times = {key: [] for key in runners}
     for _ in range(repeats):  # interleaved: target long, target short, draft long, ...
         for key, runner in runners.items():
-            times[key].append(sum(runner.run([[prompt]], 0.0, None)[0]))
+            times[key].append(sum(runner.run([[prompt]], temperature, None)[0]))
     per_token = {}
     for name in models:
         t_long, t_short = timing.median(times[name, long]), timing.median(times[name, short])
@@ -207,10 +212,12 @@ def _per_token_seconds(models: dict, prompt, long: int, short: int, repeats: int
     return per_token
 
 
-def measure_cost_ratio(target, draft, prompt, max_new_tokens: int, repeats: int) -> dict:
+def measure_cost_ratio(
+    target, draft, prompt, max_new_tokens: int, repeats: int, temperature: float = 0.0
+) -> dict:
     """c = draft decode step time / target decode step time, both generating alone.
 
-    Two lengths, `max_new_tokens` and half of it plus one (one compiled program each when
+    Both sample at `temperature` (the sampling ops are part of a draft step). Two lengths, `max_new_tokens` and half of it plus one (one compiled program each when
     max_new_tokens is a power of two), so the prefill cancels in the difference.
 
     Returns:
@@ -219,7 +226,9 @@ def measure_cost_ratio(target, draft, prompt, max_new_tokens: int, repeats: int)
     long = max(int(max_new_tokens), 2)
     short = long // 2 + 1 if long > 2 else 1
     models = {"target": target} if draft is None else {"target": target, "draft": draft}
-    per_token = _per_token_seconds(models, prompt, long, short, max(int(repeats), 1))
+    per_token = _per_token_seconds(
+        models, prompt, long, short, max(int(repeats), 1), float(temperature)
+    )
     c = per_token["draft"] / per_token["target"] if draft is not None else None
     return {"target_step_s": per_token["target"], "draft_step_s": per_token.get("draft"), "c": c}
 
@@ -257,7 +266,7 @@ def _predictions(alpha: float, c: float, n_max: int) -> list[dict]:
     ]
 
 
-def _measure_candidates(cfg, runner, workloads, candidates, draft) -> list[dict]:
+def _measure_candidates(cfg, runner, workloads, candidates, draft, per_method) -> list[dict]:
     rows = []
     for cand in candidates:
         name, n = cand["method"], cand["n"]
@@ -267,11 +276,17 @@ def _measure_candidates(cfg, runner, workloads, candidates, draft) -> list[dict]
         stats = timing.pool_stats([c["stats"] for c in cats])
         t = timing.median([sum(x) for x in zip(*(c["times_s"] for c in cats), strict=True)])
         t_ar = timing.median([sum(x) for x in zip(*(c["ar_times_s"] for c in cats), strict=True)])
+        c = per_method[name]["c"]
         rows.append(
             {
                 **cand,
                 "measured_tau": stats["tau"],
                 "measured_speedup": t_ar / t,
+                # What the model leaves out, in target decode steps per speculative step:
+                # measured step time = t_target (N c + 1 + overhead), so
+                # overhead = tau / speedup - (N c + 1). Verification of N+1 tokens not being
+                # free, sampling and acceptance work, and tree width all land here.
+                "overhead_steps": stats["tau"] * t / t_ar - (n * c + 1.0),
                 "compile_s": measured["compile_s"],
             }
         )
@@ -302,13 +317,18 @@ def pick(cfg, workdir, *, target=None, draft=None) -> dict:
     runner = timing.Runner(target, int(cfg.max_new_tokens), int(cfg.seed))
     workloads = {c: timing.make_batches(p, 1) for c, p in prompts.items()}
     first_prompt = next(iter(prompts.values()))[0]
-    cost = measure_cost_ratio(target, timed_draft, first_prompt, cfg.max_new_tokens, cfg.repeats)
+    log.info("pick 1/3: draft/target cost ratio")
+    cost = measure_cost_ratio(
+        target, timed_draft, first_prompt, cfg.max_new_tokens, cfg.repeats, cfg.temperature
+    )
+    log.info("pick 2/3: alpha of %s at T=%g", ", ".join(names), cfg.temperature)
     per_method = {}
     for name in names:
         entry = _measure_alpha(cfg, runner, workloads, name, timed_draft)
         entry["c"] = cost["c"] if mt.get_method(name).needs_draft else 0.0
         entry["predictions"] = _predictions(entry["alpha"], entry["c"], int(cfg.n_max))
         per_method[name] = entry
+        log.info("%s: tau %.2f, alpha %.3f, c %.3f", name, entry["tau"], entry["alpha"], entry["c"])
     ranked = sorted(
         (
             {"method": name, "n": p["n"], "predicted_tau": p["tokens_per_call"],
@@ -325,7 +345,8 @@ def pick(cfg, workdir, *, target=None, draft=None) -> dict:
     measured = []
     if cfg.measure and best_per_method:
         top = best_per_method[: max(int(cfg.measure_top), 1)]
-        measured = _measure_candidates(cfg, runner, workloads, top, timed_draft)
+        log.info("pick 3/3: measuring %s", ", ".join(f"{r['method']} N={r['n']}" for r in top))
+        measured = _measure_candidates(cfg, runner, workloads, top, timed_draft, per_method)
     choice = _choose(best_per_method, measured)
     result = {
         "machine": timing.machine_info(),
@@ -340,6 +361,7 @@ def pick(cfg, workdir, *, target=None, draft=None) -> dict:
     }
     (workdir / "recommendation.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     (workdir / "recommendation.md").write_text(recommendation_markdown(result, workdir))
+    log.info("recommendation: %s (written to %s)", choice, workdir)
     return result
 
 
@@ -390,14 +412,15 @@ def recommendation_markdown(result: dict, workdir) -> str:
         "",
         "## Predicted vs measured",
         "",
-        "| method | N | predicted tau | measured tau | predicted speedup | measured speedup |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| method | N | predicted tau | measured tau | predicted speedup | measured speedup "
+        "| step overhead |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in result["measured"] or result["ranked"][:5]:
         lines.append(
             f"| {r['method']} | {r['n']} | {_fmt(r['predicted_tau'])} | "
             f"{_fmt(r.get('measured_tau'))} | {_fmt(r['predicted_speedup'])}x | "
-            f"{_fmt(r.get('measured_speedup'))}x |"
+            f"{_fmt(r.get('measured_speedup'))}x | {_fmt(r.get('overhead_steps'))} |"
         )
     lines += [
         "",
@@ -406,7 +429,8 @@ def recommendation_markdown(result: dict, workdir) -> str:
         f"Cost ratio c = draft step / target step = {_fmt(cost['c'], '.3f')} "
         f"(target {_fmt(cost['target_step_s'] * 1e3, '.2f')} ms/token, draft "
         f"{_fmt(None if cost['draft_step_s'] is None else cost['draft_step_s'] * 1e3, '.2f')} "
-        "ms/token, batch 1, T=0); methods without a draft model use c = 0.",
+        f"ms/token, batch 1, T={cfg['temperature']:g}); methods without a draft model use "
+        "c = 0.",
         "",
         "| method | measured at N | tau | alpha (MLE) | alpha from tau | c | best N | "
         "predicted speedup at best N |",
@@ -422,8 +446,10 @@ def recommendation_markdown(result: dict, workdir) -> str:
     lines += [
         "",
         "Model: speedup = (1 - a^(N+1)) / ((1 - a)(N c + 1)) with i.i.d. acceptance a "
-        "(Leviathan et al. 2023). It ignores the verification pass growing with N and "
-        "per-step overheads; the measured column is the ground truth on this machine.",
+        "(Leviathan et al. 2023). It ignores the verification pass growing with N (and with "
+        "a tree's width) and per-step overheads; step overhead = measured tau / measured "
+        "speedup - (N c + 1) is that omission in target decode steps per speculative step. "
+        "The measured columns are the ground truth on this machine.",
         "",
         f"Machine: {result['machine']['processor']}, {result['machine']['cpu_count']} CPUs, "
         f"jax {result['machine']['jax']} ({result['machine']['backend']}). "

@@ -165,6 +165,9 @@ def test_pick_end_to_end(pair, tmp_path):
     best = rec["ranked"][0]
     assert (measured["method"], measured["n"]) == (best["method"], best["n"])
     assert measured["measured_speedup"] > 0 and measured["measured_tau"] >= 1.0
+    c = rec["methods"][best["method"]]["c"]
+    implied = measured["measured_tau"] / measured["measured_speedup"] - (best["n"] * c + 1)
+    assert measured["overhead_steps"] == pytest.approx(implied)
     assert rec["choice"]["method"] in {"draft_model", "ngram", "autoregressive"}
     md = (tmp_path / "recommendation.md").read_text()
     assert "## Predicted vs measured" in md and f"| {best['method']} | {best['n']} |" in md

@@ -25,7 +25,7 @@ def default_config() -> ml_collections.ConfigDict:
       draft_tree, prompt_lookup_min/max), the grid (batch_sizes x temperatures), the
       workload (max_new_tokens, prompt_tokens, num_prompts per category), repeats (timed
       repeats per cell, each interleaved with the autoregressive baseline), tau_vs_n (the
-      draft-depth sweep of draft_model at T=0, batch 1), data (where held-out prompts
+      draft-depth sweep of draft_model at batch 1, at tau_vs_n_temperature, default 0), data (where held-out prompts
       come from) and seed.
     """
     cfg = ml_collections.ConfigDict()
@@ -43,6 +43,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.num_prompts = 4
     cfg.repeats = 3
     cfg.tau_vs_n = (1, 2, 4, 8)
+    cfg.tau_vs_n_temperature = 0.0
     cfg.data = ml_collections.ConfigDict(dict(source="embedded", eval_fraction=0.05, seed=0))
     cfg.seed = 0
     return cfg

@@ -6,9 +6,9 @@ Top to bottom: load the target (and the draft, if any); take held-out prompts of
 category (code, prose) with the target's tokenizer; for every method x batch size x
 temperature, warm up (the compile is timed and reported apart), then `cfg.repeats` timed
 repeats interleaved with the autoregressive baseline (`timing.Runner.compare`), per category
-and pooled over categories ("overall"); then the tau-vs-N sweep of draft_model at T=0,
-batch 1. Every call generates exactly `max_new_tokens` per row (no stop ids), so all
-methods do the same work. Writes `results.json`, `report.md` and `plots/*.png` in workdir.
+and pooled over categories ("overall"); then the tau-vs-N sweep of draft_model at batch 1
+(T=0 unless `tau_vs_n_temperature` says otherwise). Every call generates exactly
+`max_new_tokens` per row (no stop ids), so all methods do the same work. Writes `results.json`, `report.md` and `plots/*.png` in workdir.
 
 The draft's vocabulary is checked against the target's once, here; the timed calls get the
 draft without its tokenizer so that `generate` does not repeat that host-side check (a
@@ -116,15 +116,17 @@ def _cell_rows(name, batch_size, temperature, measured) -> list[dict]:
 
 
 def _tau_vs_n(cfg, runner, workloads, draft, progress) -> list[dict]:
-    """draft_model at T=0, batch 1, for N in cfg.tau_vs_n."""
+    """draft_model at batch 1 and cfg.tau_vs_n_temperature, for N in cfg.tau_vs_n."""
     points = []
+    temperature = float(cfg.get("tau_vs_n_temperature", 0.0))
     for n in cfg.tau_vs_n:
         spec = mt.speculative_config("draft_model", mt.with_depth(cfg, "draft_model", n), draft)
-        measured = runner.compare(workloads, 0.0, spec, cfg.repeats)
-        row = _cell_rows("draft_model", 1, 0.0, measured)[-1]
+        measured = runner.compare(workloads, temperature, spec, cfg.repeats)
+        row = _cell_rows("draft_model", 1, temperature, measured)[-1]
         points.append(
             {
                 "n": int(n),
+                "temperature": temperature,
                 "tau": row["tau"],
                 "speedup": row["speedup"],
                 "alpha": row["alpha"],

@@ -80,7 +80,7 @@ def acceptance_plot(runs: list[dict], path: Path) -> Path:
                 handles.append(h)
                 labels.append(lab)
     if handles:
-        axes[-1].legend(handles, labels, fontsize=8, loc="upper right")
+        axes[-1].legend(handles, labels, fontsize=8, loc="best")
     fig.suptitle("Acceptance by position: solid P(accept >= i), dashed P(>= i | >= i-1)")
     fig.savefig(path, dpi=120)
     return path
@@ -99,7 +99,8 @@ def tau_vs_n_plot(points: list[dict], path: Path) -> Path:
     ax.plot(ns, ns + 1, ":", color="gray", label="N + 1 (every draft accepted)")
     ax.set_xlabel("N (draft tokens per step)")
     ax.set_ylabel("tau (tokens per target call)")
-    ax.set_title("draft_model, T=0, batch 1")
+    temperature = points[0].get("temperature", 0.0) if points else 0.0
+    ax.set_title(f"draft_model, T={temperature:g}, batch 1")
     ax.legend(fontsize=8)
     ax2.plot(ns, [p["speedup"] for p in points], "o-", color="C2")
     ax2.axhline(1.0, color="black", lw=0.8, ls="--")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 from pathlib import Path
 
 from specjax import picker
@@ -20,6 +21,11 @@ def _series(values) -> str:
     return " / ".join(f"{v:.2f}" for v in values) if values else "—"
 
 
+def _range(r: dict) -> str:
+    ratios = [a / t for a, t in zip(r["ar_times_s"], r["times_s"], strict=True)]
+    return f"{min(ratios):.2f}-{max(ratios):.2f}"
+
+
 def _key(r: dict):
     return (r["method"], r["batch_size"], r["temperature"])
 
@@ -30,10 +36,19 @@ def _summary(runs: list[dict]) -> list[str]:
         return []
     best = max(rows, key=lambda r: r["speedup"])
     worst = min(rows, key=lambda r: r["speedup"])
+    spreads = sorted(
+        (max(r["ar_times_s"]) - min(r["ar_times_s"])) / statistics.median(r["ar_times_s"])
+        for r in rows
+    )
     return [
         f"Best: **{best['method']}** at batch {best['batch_size']}, T={best['temperature']:g}: "
         f"{best['speedup']:.2f}x (tau {best['tau']:.2f}). Worst: {worst['method']} at batch "
         f"{worst['batch_size']}, T={worst['temperature']:g}: {worst['speedup']:.2f}x.",
+        "",
+        "Timing noise: the autoregressive repeats of a cell spread by (max - min) / median = "
+        f"{100 * statistics.median(spreads):.0f}% (median over cells, worst "
+        f"{100 * spreads[-1]:.0f}%). Paired repeats cancel slow drifts; the range column "
+        "gives the per-repeat speedups (AR time / method time of the same repeat).",
         "",
     ]
 
@@ -42,7 +57,7 @@ def _main_tables(runs: list[dict]) -> list[str]:
     overall = [r for r in runs if r["category"] == OVERALL]
     lines = ["## Speedup, all categories", ""]
     lines += _table(
-        ["method", "batch", "T", "tau", "tokens/s", "AR tokens/s", "speedup"],
+        ["method", "batch", "T", "tau", "tokens/s", "AR tokens/s", "speedup", "range"],
         [
             [
                 r["method"],
@@ -52,6 +67,7 @@ def _main_tables(runs: list[dict]) -> list[str]:
                 f"{r['tokens_per_s']:.1f}",
                 f"{r['ar_tokens_per_s']:.1f}",
                 f"**{r['speedup']:.2f}x**",
+                _range(r),
             ]
             for r in overall
         ],
@@ -106,7 +122,7 @@ def _tau_vs_n_table(points: list[dict]) -> list[str]:
         return []
     alpha = max(points, key=lambda p: p["n"])["alpha"]
     lines = [
-        "## tau vs N (draft_model, T=0, batch 1)",
+        f"## tau vs N (draft_model, T={points[0].get('temperature', 0.0):g}, batch 1)",
         "",
         f"Theory: (1 - a^(N+1)) / (1 - a) with a = {alpha:.3f}, the alpha measured at the "
         "largest N.",

@@ -1,7 +1,8 @@
 """Orbax checkpoints of a training state, with the run's config saved beside it as JSON.
 
     manager = checkpoint.make_manager(workdir / "checkpoints", max_to_keep=2)
-    step, state = checkpoint.restore_latest(manager, state)   # (None, state) on a fresh run
+    if (step := manager.latest_step()) is not None:           # None on a fresh run
+        state = checkpoint.restore(manager, step, state)
     checkpoint.save(manager, step, state, config.to_dict())   # async: returns at once
     manager.wait_until_finished()                             # before the process exits
 
@@ -67,23 +68,21 @@ def save(manager: ocp.CheckpointManager, step: int, state, config: dict) -> None
     )
 
 
-def restore_latest(manager: ocp.CheckpointManager, like) -> tuple[int | None, object]:
-    """Restores the latest committed step into the structure of `like`.
+def restore(manager: ocp.CheckpointManager, step: int, like):
+    """Restores step `step` into the structure of `like`.
 
     Args:
       manager: from `make_manager`.
+      step: a committed step (`manager.latest_step()` for the latest).
       like: a pytree with the state's structure, shapes and dtypes (e.g. the fresh state).
     Returns:
-      (step, restored state), or (None, `like` unchanged) when nothing is committed yet.
+      The restored pytree.
     """
-    step = manager.latest_step()
-    if step is None:
-        return None, like
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
     restored = manager.restore(
         step, args=ocp.args.Composite(**{STATE: ocp.args.StandardRestore(abstract)})
     )
-    return step, restored[STATE]
+    return restored[STATE]
 
 
 def saved_config(manager: ocp.CheckpointManager, step: int) -> dict:

@@ -67,6 +67,8 @@ def default_config() -> ml_collections.ConfigDict:
         max_chars=placeholder(int),
         sample_by="document",
     )
+    # path: a tokenizer.json, or a directory holding one (a tokenizer dir, an HF model dir,
+    # another run's workdir); "" trains a BPE of vocab_size on the train split.
     config.tokenizer = dict(path="", vocab_size=2048, min_frequency=2)
     config.model = dict(
         model_type="llama",
@@ -116,8 +118,14 @@ def load_tokenizer(config: ml_collections.ConfigDict, texts, workdir: Path) -> T
     if (own / "tokenizer.json").is_file():
         return Tokenizer.from_dir(own)
     path = Path(config.tokenizer.path) if config.tokenizer.path else None
-    if path is not None:
-        tokenizer = Tokenizer.from_dir(path) if path.is_dir() else Tokenizer.from_file(path)
+    if path is not None and path.is_dir():
+        # A tokenizer directory, an HF model directory or another run's workdir.
+        found = [d for d in (path, path / TOKENIZER, path / HF) if (d / "tokenizer.json").is_file()]
+        if not found:
+            raise FileNotFoundError(f"tokenizer.path={str(path)!r} holds no tokenizer.json")
+        tokenizer = Tokenizer.from_dir(found[0])
+    elif path is not None:
+        tokenizer = Tokenizer.from_file(path)
     else:
         tokenizer = train_bpe(
             texts, config.tokenizer.vocab_size, min_frequency=config.tokenizer.min_frequency
@@ -316,10 +324,10 @@ def train_lm(config: ml_collections.ConfigDict, workdir) -> dict:
 
     # Restore: the latest committed checkpoint, if any.
     manager = checkpoint.make_manager(workdir / CHECKPOINTS, max_to_keep=train.max_to_keep)
-    start, restored = checkpoint.restore_latest(manager, nnx.to_pure_dict(state))
-    start = start or 0
+    start = manager.latest_step() or 0
     if start:
-        nnx.replace_by_pure_dict(state, restored)
+        check_resumable(checkpoint.saved_config(manager, start), config, start)
+        nnx.replace_by_pure_dict(state, checkpoint.restore(manager, start, nnx.to_pure_dict(state)))
         log.info("resumed from step %d of %d", start, train.num_steps)
 
     # Loop, eval, save.
@@ -361,6 +369,24 @@ def train_lm(config: ml_collections.ConfigDict, workdir) -> dict:
         "trained: eval loss %.3f, perplexity %.1f", summary["eval_loss"], summary["eval_perplexity"]
     )
     return summary
+
+
+def check_resumable(saved: dict, config: ml_collections.ConfigDict, step: int) -> None:
+    """ValueError unless the checkpoint's run is this run (same model, data, seed, batches)."""
+    current = config.to_dict()
+    keys = [("model",), ("data",), ("seed",), ("train", "batch_size"), ("train", "seq_len")]
+    get = lambda d, key: d.get(key[0]) if len(key) == 1 else d.get(key[0], {}).get(key[1])
+    changed = [".".join(k) for k in keys if get(saved, k) != get(current, k)]
+    if changed:
+        raise ValueError(
+            f"the workdir's checkpoint (step {step}) is of another run: {', '.join(changed)} "
+            "differ from this config; use a new workdir"
+        )
+    if step > config.train.num_steps:
+        raise ValueError(
+            f"the workdir's checkpoint is at step {step}, past train.num_steps="
+            f"{config.train.num_steps}; use a new workdir or raise num_steps"
+        )
 
 
 def _save(manager, step: int, state, config) -> None:

@@ -95,8 +95,8 @@ def quickstart(config: ml_collections.ConfigDict, workdir) -> dict:
     # The bench's prompt and generation lengths: the target's program is already compiled.
     text_ids = target.tokenizer.encode("def main(argv):\n    return 0\n")
     prompt = (text_ids * config.bench.prompt_tokens)[: config.bench.prompt_tokens]
-    for model, summary in ((target, target_summary), (draft, draft_summary)):
-        summary["decode_ms_per_token"] = decode_ms_per_token(
+    for model, info in ((target, target_summary), (draft, draft_summary)):
+        info["decode_ms_per_token"] = decode_ms_per_token(
             model, prompt, config.bench.max_new_tokens
         )
 

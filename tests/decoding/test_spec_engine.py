@@ -159,7 +159,9 @@ def test_stats_match_a_per_step_replay(target, partial, prompts, temperature):
     assert out.stats["row_accepted_tokens"] == accepted.sum(0).tolist()
     assert out.stats["row_draft_tokens"] == offered.sum(0).tolist()
     at_least = [(accepted[active] >= i).sum() for i in range(1, k + 1)]
-    np.testing.assert_allclose(out.stats["acceptance_by_position"], np.array(at_least) / active.sum())
+    np.testing.assert_allclose(
+        out.stats["acceptance_by_position"], np.array(at_least) / active.sum()
+    )
 
 
 def test_stats_tree_and_stop(target, partial, prompts):
@@ -167,7 +169,9 @@ def test_stats_tree_and_stop(target, partial, prompts):
     cfg = _configs(partial)["tree"]  # 6 nodes, depth 2
     out = sj.generate(target, prompts, 20, stop_token_ids=[], speculative_config=cfg)
     _check_stats(out.stats, 2)
-    assert np.all(np.asarray(out.stats["row_draft_tokens"]) <= 6 * np.asarray(out.stats["row_steps"]))
+    assert np.all(
+        np.asarray(out.stats["row_draft_tokens"]) <= 6 * np.asarray(out.stats["row_steps"])
+    )
     stop = out.tokens[1][4]
     cut = sj.generate(target, prompts, 20, stop_token_ids=[stop], speculative_config=cfg)
     for full, short in zip(out.tokens, cut.tokens, strict=True):
@@ -226,9 +230,7 @@ def test_kv_rollback_is_exact(target, tree, noise):
     cfg = {"method": "draft_model", "model": partial, "num_speculative_tokens": 5}
     if tree is not None:
         cfg["draft_tree"] = tree
-    model, rows, static, params, args = engine._setup(
-        target, prompts, 16, None, [], cfg, None
-    )
+    model, rows, static, params, args = engine._setup(target, prompts, 16, None, [], cfg, None)
     state = engine._prefill_jit(static, params, *args)
     state = engine._step_jit(static, params, state)
     accepted = np.asarray(state.accepted)

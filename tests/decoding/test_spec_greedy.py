@@ -31,7 +31,11 @@ def _perturbed(model: sj.Decoder, scale: float, seed: int = 1) -> sj.Decoder:
     layer = copy.layers[1]
     key = jax.random.key(seed)
     for proj in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
-        owner = layer.self_attn if proj.endswith(("q_proj", "k_proj", "v_proj", "o_proj")) else layer.mlp
+        owner = (
+            layer.self_attn
+            if proj.endswith(("q_proj", "k_proj", "v_proj", "o_proj"))
+            else layer.mlp
+        )
         kernel = getattr(owner, proj).kernel
         key, sub = jax.random.split(key)
         kernel[...] = kernel[...] + scale * jax.random.normal(sub, kernel[...].shape)
@@ -209,7 +213,11 @@ def test_stop_ids_in_ragged_batch(target, drafts, prompts, reference):
     assert len({len(e) for e in expected}) > 1  # rows really stop at different points
     for name in ("same", "partial"):
         out = sj.generate(
-            target, prompts, MAX_NEW, stop_token_ids=stops, speculative_config=_chain(drafts[name], 4)
+            target,
+            prompts,
+            MAX_NEW,
+            stop_token_ids=stops,
+            speculative_config=_chain(drafts[name], 4),
         )
         assert out.tokens == expected, name
 

@@ -119,3 +119,14 @@ def test_trained_model_loads_exports_and_learned(tmp_path, reference):
         np.testing.assert_array_equal(export_state(again.module)[name], value)
     out = sj.generate(again, ["def f(x):"], max_new_tokens=4)
     assert len(out.tokens[0]) == 4
+
+
+def test_a_checkpoint_of_another_run_is_refused():
+    config = tiny_config()
+    saved = config.to_dict()
+    lm.check_resumable(saved, config, step=10)
+    saved["model"]["num_layers"] += 1
+    with pytest.raises(ValueError, match="model differ"):
+        lm.check_resumable(saved, config, step=10)
+    with pytest.raises(ValueError, match="past train.num_steps"):
+        lm.check_resumable(config.to_dict(), config, step=10_000)

@@ -1,0 +1,44 @@
+r"""Ablation: the draft's size (layers x width) against the quickstart's fixed target.
+
+    python -m launch.sweep --config=configs/ablations/draft_size.py \
+        --workdir=workdirs/ablations/draft_size
+
+Each point is task=quickstart with `target_path` set: the trained target is reused and only
+the draft is trained (with the target's tokenizer, the quickstart's draft recipe), then
+draft_model N=4 is benchmarked at T=0, batch 1. `--config.target_path=<dir>` picks another
+target. Writes sweep.md, sweep.csv and sweep.png (speedup and tau against the draft's layers).
+
+Expected: a deeper or wider draft agrees with the target more (tau up) but costs more per
+drafted token (the decode cost ratio c in results.json rises); speedup peaks at a small
+draft. The largest point trains for several minutes on a 2-core CPU.
+"""
+
+from configs import quickstart
+from configs.ablations.common import QUICKSTART, bench_config
+
+# (layers, width); heads of 32 dims (half as many kv heads), SwiGLU width 3x, derived below.
+SIZES = ((1, 64), (1, 128), (2, 128), (4, 128), (2, 256))
+
+
+def get_config(arg=None):
+    """Base run of the sweep (`arg`: None or "tiny")."""
+    config = quickstart.get_config("tiny" if arg == "tiny" else None)
+    config.target_path = f"{QUICKSTART}/target"
+    model = config.draft.model
+    width = model.get_ref("hidden_size")
+    model.update(num_heads=width // 32, num_kv_heads=width // 64, head_dim=32)
+    model.intermediate_size = width * 3
+    bench = bench_config(arg).bench
+    bench.target, bench.draft = "", ""  # the quickstart passes its models in
+    bench.methods = ("draft_model",)
+    config.bench = bench
+    for key in ("source", "eval_fraction", "seed"):  # prompts from the target's eval split
+        config.bench.data[key] = config.data.get_ref(key)
+    return config
+
+
+def get_sweep():
+    return [
+        {"draft.model.num_layers": layers, "draft.model.hidden_size": width}
+        for layers, width in SIZES
+    ]

@@ -1,0 +1,34 @@
+r"""Ablation: the verification rule at T=1 (draft_model chain, N=4): probabilistic, strict, typical.
+
+    python -m launch.sweep --config=configs/ablations/verification.py \
+        --workdir=workdirs/ablations/verification
+
+`probabilistic` (min(1, p/q), residual resampling) and `strict` (sample from p, accept iff
+equal) are lossless; `typical` (Medusa's typical acceptance) is lossy and runs only with
+`allow_lossy=True`, which its point sets. The bench passes `bench.verification` and
+`bench.allow_lossy` into each method's speculative_config.
+
+Expected: probabilistic accepts the most of the lossless rules (strict throws away every
+draft the target's own sample disagrees with, so its tau is lower); typical accepts more
+than either at the price of a different output distribution.
+"""
+
+from configs.ablations.common import bench_config
+
+
+def get_config(arg=None):
+    """Base run of the sweep (`arg`: None or "tiny")."""
+    config = bench_config(arg)
+    config.bench.methods = ("draft_model",)
+    config.bench.temperatures = (1.0,)
+    config.bench.verification = "auto"
+    config.bench.allow_lossy = False
+    return config
+
+
+def get_sweep():
+    return [
+        {"bench.verification": "probabilistic"},
+        {"bench.verification": "strict"},
+        {"bench.verification": "typical", "bench.allow_lossy": True},
+    ]

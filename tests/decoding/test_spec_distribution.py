@@ -1,0 +1,233 @@
+"""Speculative sampling keeps the target's law: chi-square against the exact law.
+
+A tiny target (V=32, logits scaled up so its distributions are peaked) and a partly agreeing
+draft (the target with noise on its second layer, sum min(p, q) about 0.5-0.7). One prompt is
+repeated over 4096 rows with per-row seeds; 25 calls give 102,400 samples of the first
+generated tokens. With max_new_tokens=4 and two drafts per step, x2 is the verifier's output at
+depth 1 and x3 (when x2 was accepted) at depth 2, so the test covers both levels.
+
+Exact law: x1 ~ p(. | prompt), x2 ~ p(. | prompt, x1), x3 ~ p(. | prompt, x1, x2), each the
+target's *processed* distribution (`specjax.sampling.processed_probs`), computed by brute force
+over all V and V^2 contexts. The joints (x1, x2) and (x2, x3) (x1 summed out) are tested, cells
+with an expected count below 5 pooled; p > 1e-3 passes. A verifier whose rejection residual
+is replaced by the target's distribution fails the same test with p < 1e-6.
+
+Runtime: one compile and 25 batched calls per case; the broken verifier one compile, 5 calls.
+"""
+
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from scipy import stats
+
+import specjax as sj
+from specjax import sampling as sp
+from specjax.cache import KVCache
+from specjax.decoding import engine
+from specjax.decoding import verify as vf
+
+CONFIG = sj.ModelConfig(
+    vocab_size=32,
+    hidden_size=16,
+    num_layers=2,
+    num_heads=2,
+    num_kv_heads=1,
+    head_dim=8,
+    intermediate_size=32,
+    max_position_embeddings=64,
+)
+V = CONFIG.vocab_size
+ROWS, CALLS = 4096, 25  # 102,400 samples per case
+MAX_NEW = 4
+P_PASS, P_BROKEN = 1e-3, 1e-6
+TOP_K = sj.SamplingParams(temperature=0.7, top_k=8)
+TOP_P = sj.SamplingParams(temperature=1.0, top_p=0.9)
+
+
+def _edit(model: sj.Decoder, fn) -> sj.Decoder:
+    copy = nnx.clone(model)
+    fn(copy)
+    return copy
+
+
+def _scale_head(m, factor=20.0):
+    m.lm_head.kernel[...] = m.lm_head.kernel[...] * factor  # logits of std ~1.6: peaked laws
+
+
+def _perturb_layer1(m, scale=0.04, seed=1):
+    key = jax.random.key(seed)
+    layer = m.layers[1]
+    for owner, names in (
+        (layer.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj")),
+        (layer.mlp, ("gate_proj", "up_proj", "down_proj")),
+    ):
+        for name in names:
+            kernel = getattr(owner, name).kernel
+            key, sub = jax.random.split(key)
+            kernel[...] = kernel[...] + scale * jax.random.normal(sub, kernel[...].shape)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _last_logits_jit(graphdef, state, contexts):
+    model = nnx.merge(graphdef, state)
+    c, t = contexts.shape
+    positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (c, t))  # [C, T]
+    cache = KVCache.for_model(model.config, c, t)
+    return model(contexts, positions, cache).logits[:, -1]  # [C, V]
+
+
+def _last_logits(model: sj.Decoder, contexts: np.ndarray) -> jax.Array:
+    """Logits after each context (one causal forward): contexts [C, T] -> [C, V]."""
+    graphdef, state = nnx.split(model)
+    return _last_logits_jit(graphdef, state, jnp.asarray(contexts, jnp.int32))
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = _edit(sj.Decoder(CONFIG, seed=0), _scale_head)
+    draft = _edit(target, _perturb_layer1)
+    return target, draft
+
+
+@pytest.fixture(scope="module")
+def prompt():
+    """12 random tokens: about a third of the vocabulary, so ngram finds a match for many x1."""
+    return np.random.default_rng(0).integers(0, V, 12).tolist()
+
+
+@pytest.fixture(scope="module")
+def exact_laws(pair, prompt):
+    """{sampling: (law of (x1, x2) [V, V], law of (x2, x3) [V, V], alpha)} by brute force."""
+    target, draft = pair
+    base = np.asarray(prompt)
+    ctx1 = base[None]  # [1, T]
+    ctx2 = np.concatenate([np.repeat(ctx1, V, 0), np.arange(V)[:, None]], 1)  # [V, T+1]
+    ctx3 = np.concatenate(
+        [np.repeat(ctx2, V, 0), np.tile(np.arange(V), V)[:, None]], 1
+    )  # [V*V, T+2]
+    logits = [_last_logits(target, c) for c in (ctx1, ctx2, ctx3)]
+    laws = {}
+    for params in (TOP_K, TOP_P):
+        p1, p2, p3 = (np.asarray(sp.processed_probs(lg, params), np.float64) for lg in logits)
+        p1, p2, p3 = p1[0], p2, p3.reshape(V, V, V)  # p2[x1, x2], p3[x1, x2, x3]
+        law12 = p1[:, None] * p2  # [V, V]
+        law23 = np.einsum("a,ab,abc->bc", p1, p2, p3)  # [V, V]
+        q2 = np.asarray(sp.processed_probs(_last_logits(draft, ctx2), params), np.float64)
+        alpha = float(p1 @ np.minimum(p2, q2).sum(-1))  # E[sum min(p, q)] at x2
+        laws[params] = (law12 / law12.sum(), law23 / law23.sum(), alpha)
+    return laws
+
+
+def _chi2_pvalue(counts: np.ndarray, law: np.ndarray) -> float:
+    """Chi-square goodness of fit; cells expected below 5 are pooled into one."""
+    counts, law = counts.ravel().astype(np.float64), law.ravel()
+    if np.any(counts[law == 0] > 0):
+        return 0.0  # a token the target's processed law forbids
+    expected = law * counts.sum()
+    big = expected >= 5
+    obs, exp = list(counts[big]), list(expected[big])
+    if expected[~big].sum() > 0:
+        obs.append(counts[~big].sum())
+        exp.append(expected[~big].sum())
+    return float(stats.chisquare(obs, exp).pvalue)
+
+
+def _sample(target, prompt, params, cfg, calls=CALLS):
+    """Counts of (x1, x2) and (x2, x3) over ROWS * calls rows; accepted and offered drafts."""
+    c12, c23 = np.zeros((V, V), np.int64), np.zeros((V, V), np.int64)
+    accepted = drafted = 0
+    for call in range(calls):
+        seeds = list(range(call * ROWS, (call + 1) * ROWS))
+        out = sj.generate(
+            target, [prompt] * ROWS, MAX_NEW, params, [], speculative_config=cfg, seeds=seeds
+        )
+        toks = np.asarray(out.tokens)  # [ROWS, MAX_NEW]
+        np.add.at(c12, (toks[:, 0], toks[:, 1]), 1)
+        np.add.at(c23, (toks[:, 1], toks[:, 2]), 1)
+        accepted += out.stats["accepted_tokens"]
+        drafted += out.stats["draft_tokens"]
+    return c12, c23, accepted, drafted
+
+
+def _cfg(method: str, mode: str, draft) -> dict:
+    if method == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": 2, "verification": mode}
+    cfg = {
+        "method": "draft_model",
+        "model": draft,
+        "num_speculative_tokens": 2,
+        "verification": mode,
+    }
+    if method == "tree":
+        cfg["draft_tree"] = "small_2x3"  # 3 root children, 2 under the first: depth 2
+    return cfg
+
+
+# Every mode, every method and both sampling settings, in five compiled programs (~30 s of
+# CPU each). SPECJAX_SLOW=1 adds the rest of the (method, mode, sampling) matrix.
+CASES = [
+    ("chain", "probabilistic", TOP_P),
+    ("chain", "strict", TOP_K),
+    ("tree", "probabilistic", TOP_K),  # i.i.d. siblings: the SpecInfer residual chain
+    ("tree", "one_hot", TOP_P),  # top-k siblings: zero and renormalise
+    ("ngram", "one_hot", TOP_K),
+]
+_slow = pytest.mark.skipif(not os.environ.get("SPECJAX_SLOW"), reason="set SPECJAX_SLOW=1")
+SLOW_CASES = [
+    ("chain", "probabilistic", TOP_K),
+    ("chain", "strict", TOP_P),
+    ("chain", "one_hot", TOP_K),
+    ("tree", "probabilistic", TOP_P),
+    ("tree", "one_hot", TOP_K),
+    ("tree", "strict", TOP_P),
+    ("ngram", "one_hot", TOP_P),
+    ("ngram", "strict", TOP_K),
+    ("ngram", "strict", TOP_P),
+]
+
+
+@pytest.mark.parametrize(
+    "method,mode,params",
+    CASES + [pytest.param(*c, marks=[pytest.mark.slow, _slow]) for c in SLOW_CASES],
+    ids=[f"{m}-{v}-T{s.temperature}" for m, v, s in CASES + SLOW_CASES],
+)
+def test_first_tokens_follow_target_law(pair, prompt, exact_laws, method, mode, params):
+    target, draft = pair
+    law12, law23, alpha = exact_laws[params]
+    assert 0.3 < alpha < 0.9  # the draft is neither the target nor unrelated
+    c12, c23, accepted, drafted = _sample(target, prompt, params, _cfg(method, mode, draft))
+    assert c12.sum() >= 100_000
+    # Both branches of the walk ran many times: acceptances and rejections.
+    assert accepted > 1000 and drafted - accepted > 1000, (accepted, drafted)
+    p12, p23 = _chi2_pvalue(c12, law12), _chi2_pvalue(c23, law23)
+    assert p12 > P_PASS and p23 > P_PASS, (p12, p23)
+
+
+def test_broken_verifier_fails_the_same_test(pair, prompt, exact_laws, monkeypatch):
+    """Rejections resampled from p instead of norm(max(p - q, 0)) over-weight the draft's picks.
+
+    The same sampler and statistic as above on a fifth of the samples (20,480) is already
+    far past the threshold: the test has power to spare.
+    """
+    target, draft = pair
+    law12, _, _ = exact_laws[TOP_P]
+
+    def broken(r, q, x, mode):
+        return vf._normalize(r.astype(jnp.float32), r)  # the target's law, not the residual
+
+    monkeypatch.setattr(vf, "reject_update", broken)
+    engine._generate_jit.clear_cache()  # the correct program is cached under the same key
+    try:
+        before = engine.trace_count()
+        cfg = _cfg("chain", "probabilistic", draft)
+        c12, _, _, _ = _sample(target, prompt, TOP_P, cfg, calls=CALLS // 5)
+        assert engine.trace_count() == before + 1  # the broken walk was really traced
+    finally:
+        monkeypatch.undo()
+        engine._generate_jit.clear_cache()  # no later call may reuse the broken program
+    assert _chi2_pvalue(c12, law12) < P_BROKEN

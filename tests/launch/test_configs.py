@@ -1,0 +1,157 @@
+"""Every config file loads with each variant and takes `--config.a.b=value` overrides."""
+
+import importlib
+from pathlib import Path
+
+import pytest
+from absl import flags
+from ml_collections import config_flags
+
+from launch.main import TASKS, dispatch
+from launch.sweep import apply_overrides, load_sweep, point_name
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Every config file and its variants (None = no `:arg`).
+VARIANTS = {
+    "configs/train_lm.py": [None, "target", "draft", "tiny"],
+    "configs/quickstart.py": [None, "tiny"],
+    "configs/bench.py": [None, "small"],
+    "configs/pick.py": [None, "small"],
+    "configs/ablations/num_speculative_tokens.py": [None, "tiny"],
+    "configs/ablations/temperature.py": [None, "tiny"],
+    "configs/ablations/verification.py": [None, "tiny"],
+    "configs/ablations/draft_size.py": [None, "tiny"],
+}
+ABLATIONS = [f for f in VARIANTS if "/ablations/" in f]
+HELPERS = {"__init__.py", "common.py"}
+
+
+def parse(*argv: str):
+    """The config that `python -m launch.main <argv>` would run."""
+    argv = ["launch.main", *argv]
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, flag_values=values, sys_argv=argv)
+    values(argv)
+    return values.config
+
+
+def test_every_config_file_is_listed():
+    files = {p.relative_to(REPO).as_posix() for p in (REPO / "configs").rglob("*.py")}
+    assert {f for f in files if Path(f).name not in HELPERS} == set(VARIANTS)
+
+
+@pytest.mark.parametrize(
+    "path,arg", [(path, arg) for path, args in VARIANTS.items() for arg in args]
+)
+def test_config_loads_and_names_a_task(path, arg):
+    config = parse(f"--config={path}" + (f":{arg}" if arg else ""))
+    assert config.task in TASKS
+    assert config.is_locked  # a misspelt override is an error, not a new field
+
+
+def test_unknown_variant_is_refused():
+    with pytest.raises(flags.Error, match="unknown variant 'huge'"):
+        parse("--config=configs/train_lm.py:huge")
+
+
+def test_train_lm_overrides():
+    config = parse(
+        "--config=configs/train_lm.py:tiny",
+        "--config.train.num_steps=7",
+        "--config.model.num_layers=3",
+        "--config.data.max_chars=1234",
+        "--config.tokenizer.path=/tmp/tok",
+    )
+    assert config.train.num_steps == 7 and config.model.num_layers == 3
+    assert config.data.max_chars == 1234 and config.tokenizer.path == "/tmp/tok"
+    assert parse("--config=configs/train_lm.py").train.num_steps != 7
+
+
+def test_misspelt_override_is_an_error():
+    with pytest.raises((flags.Error, AttributeError), match="num_stepz"):
+        parse("--config=configs/train_lm.py:tiny", "--config.train.num_stepz=3")
+
+
+def test_quickstart_overrides_and_shared_data():
+    config = parse(
+        "--config=configs/quickstart.py:tiny",
+        "--config.data.source=/data/corpus.txt",
+        "--config.target.train.num_steps=9",
+        "--config.bench.temperatures=(0.0,1.0)",
+    )
+    assert config.target.train.num_steps == 9
+    assert config.bench.temperatures == (0.0, 1.0)
+    # One corpus and one split for target, draft and the bench's held-out prompts.
+    for part in (config.target, config.draft, config.bench):
+        assert part.data.source == "/data/corpus.txt"
+    assert config.target.model.hidden_size > config.draft.model.hidden_size
+    assert "autoregressive" not in config.bench.methods and "draft_model" in config.bench.methods
+
+
+def test_quickstart_default_target_costs_more_than_draft():
+    config = parse("--config=configs/quickstart.py")
+    t, d = config.target.model, config.draft.model
+    assert t.num_layers * t.hidden_size**2 > 20 * d.num_layers * d.hidden_size**2
+    assert config.target.data.eval_fraction == config.bench.data.eval_fraction
+
+
+@pytest.mark.parametrize("path", ABLATIONS)
+def test_ablation_sweeps_apply_to_their_config(path):
+    config = parse(f"--config={path}", "--config.bench.seed=3")
+    assert config.bench.seed == 3
+    sweep = load_sweep(path)
+    assert len(sweep) >= 2
+    names = [point_name(i, overrides) for i, overrides in enumerate(sweep)]
+    assert len(set(names)) == len(names) and all("/" not in n for n in names)
+    for overrides in sweep:
+        point = apply_overrides(config, overrides)
+        for key, value in overrides.items():
+            node = point
+            for part in key.split("."):
+                node = node[part]
+            assert node == value
+
+
+def test_ablation_grids():
+    n = [p["bench.num_speculative_tokens"] for p in load_sweep(ABLATIONS[0])]
+    assert n == list(range(1, 9))
+    temps = [p["bench.temperatures"] for p in load_sweep("configs/ablations/temperature.py")]
+    assert temps == [(0.0,), (0.5,), (1.0,)]
+    modes = [p["bench.verification"] for p in load_sweep("configs/ablations/verification.py")]
+    assert modes == ["probabilistic", "strict", "typical"]
+
+
+def test_ablation_paths_default_to_the_quickstart_and_take_overrides():
+    config = parse(
+        "--config=configs/ablations/num_speculative_tokens.py",
+        "--config.bench.target=/models/t",
+        "--config.bench.draft=/models/d",
+    )
+    assert (config.bench.target, config.bench.draft) == ("/models/t", "/models/d")
+    default = parse("--config=configs/ablations/temperature.py")
+    assert default.bench.target.endswith("quickstart/target")
+
+
+def test_draft_size_derives_heads_from_width():
+    config = parse(
+        "--config=configs/ablations/draft_size.py", "--config.draft.model.hidden_size=256"
+    )
+    model = config.draft.model
+    assert (model.num_heads, model.num_kv_heads, model.intermediate_size) == (8, 4, 768)
+    point = apply_overrides(config, {"draft.model.hidden_size": 64})
+    assert (point.draft.model.num_heads, point.draft.model.head_dim) == (2, 32)
+
+
+def test_dispatch_refuses_unknown_task():
+    config = parse("--config=configs/train_lm.py:tiny")
+    with config.unlocked():
+        config.task = "nope"
+    with pytest.raises(ValueError, match="nope"):
+        dispatch(config, "/tmp/unused")
+
+
+def test_entry_points_are_importable():
+    assert callable(importlib.import_module("launch.main").run)
+    for package in ("launch", "configs", "configs.ablations"):
+        assert importlib.import_module(package).__file__.endswith("__init__.py")
