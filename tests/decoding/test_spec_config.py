@@ -1,0 +1,213 @@
+"""speculative_config validation: every bad input is refused by name before anything compiles.
+
+Each case calls `sj.generate` with a bad config and checks the exception type, that the
+message names the key and the offending value, and that `engine.trace_count()` did not move.
+"""
+
+import pytest
+
+import specjax as sj
+from specjax.decoding import engine, spec_config
+from specjax.decoding.speculative import build_plan
+from specjax.io.tokenizer import train_bpe
+
+PROMPT = [[1, 2, 3, 4]]
+T1 = sj.SamplingParams(temperature=1.0)
+
+
+def _refused(target, cfg, exc, match, sampling=None, prompts=PROMPT, max_new=8):
+    before = engine.trace_count()
+    with pytest.raises(exc, match=match):
+        sj.generate(target, prompts, max_new, sampling, speculative_config=cfg)
+    assert engine.trace_count() == before, "an invalid config reached the compiler"
+
+
+def _draft(target, **kw):
+    return {"method": "draft_model", "model": target, "num_speculative_tokens": 3, **kw}
+
+
+def _ngram(**kw):
+    return {"method": "ngram", "num_speculative_tokens": 3, **kw}
+
+
+# --------------------------------------------------------------------------- method, keys
+
+
+@pytest.mark.parametrize(
+    "cfg,match",
+    [
+        ("ngram", "must be a dict"),
+        ({"num_speculative_tokens": 2}, r"\['method'\]=None is invalid"),
+        ({"method": "speculative", "num_speculative_tokens": 2}, "'speculative' is invalid"),
+        ({"method": "Ngram", "num_speculative_tokens": 2}, "'Ngram' is invalid"),
+        (_ngram(num_spec_tokens=2), r"unknown keys \['num_spec_tokens'\]"),
+        (_ngram(draft_model="x"), r"unknown keys \['draft_model'\]"),
+    ],
+)
+def test_bad_method_or_unknown_key(target, cfg, match):
+    _refused(target, cfg, ValueError, match)
+
+
+@pytest.mark.parametrize("method", ["medusa", "eagle", "eagle3", "lookahead"])
+def test_not_yet_implemented_method(target, method):
+    _refused(
+        target,
+        {"method": method, "num_speculative_tokens": 2},
+        NotImplementedError,
+        f"'{method}' is not implemented",
+    )
+
+
+# ------------------------------------------------------------------ num_speculative_tokens
+
+
+@pytest.mark.parametrize(
+    "value,match",
+    [
+        (0, r"\['num_speculative_tokens'\]=0 is out of range: must be \[1, 16\]"),
+        (-2, r"=-2 is out of range"),
+        (17, r"\['num_speculative_tokens'\]=17 is out of range: must be \[1, 16\]"),
+        (2.5, r"\['num_speculative_tokens'\]=2.5 must be an integer"),
+        ("3", r"\['num_speculative_tokens'\]='3' must be an integer"),
+        (True, r"=True must be an integer"),
+        (None, r"=None must be an integer"),
+    ],
+)
+def test_bad_num_speculative_tokens(target, value, match):
+    _refused(target, _ngram(num_speculative_tokens=value), ValueError, match)
+    _refused(target, _draft(target, num_speculative_tokens=value), ValueError, match)
+
+
+def test_missing_num_speculative_tokens(target):
+    _refused(target, {"method": "ngram"}, ValueError, "'num_speculative_tokens'.* is required")
+
+
+# ------------------------------------------------------------------------- ngram lookup
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"prompt_lookup_min": 3, "prompt_lookup_max": 2}, "prompt_lookup_min'.*=3 must be <="),
+        ({"prompt_lookup_min": 0}, r"\['prompt_lookup_min'\]=0 is out of range: must be >= 1"),
+        ({"prompt_lookup_max": 0}, r"\['prompt_lookup_max'\]=0 is out of range"),
+        ({"prompt_lookup_min": 1.5}, r"\['prompt_lookup_min'\]=1.5 must be an integer"),
+    ],
+)
+def test_bad_prompt_lookup(target, kw, match):
+    _refused(target, _ngram(**kw), ValueError, match)
+
+
+# ------------------------------------------------------------------------------ the draft
+
+
+def test_model_required_for_draft_model(target):
+    cfg = {"method": "draft_model", "num_speculative_tokens": 3}
+    _refused(target, cfg, ValueError, r"\['model'\] is required for method='draft_model'")
+    _refused(target, {**cfg, "model": None}, ValueError, r"\['model'\] is required")
+
+
+def test_model_refused_for_ngram(target):
+    _refused(target, _ngram(model=target), ValueError, r"\['model'\] must be unset.*'ngram'")
+
+
+def test_model_of_wrong_type(target):
+    _refused(target, _draft(42), ValueError, r"\['model'\] must be a specjax Model.*got int")
+
+
+def test_draft_vocab_size_mismatch(target, tiny_config):
+    draft = sj.Decoder(tiny_config.replace(vocab_size=48), seed=1)
+    _refused(target, _draft(draft), ValueError, "draft vocab_size=48 differs.*vocab_size=32")
+
+
+def test_draft_with_too_few_positions(target, tiny_config):
+    """The draft's own max_position_embeddings bounds prompt + max_new_tokens too."""
+    draft = sj.Decoder(tiny_config.replace(max_position_embeddings=16), seed=1)
+    _refused(
+        target, _draft(draft), ValueError, "draft model's max_position_embeddings=16", max_new=13
+    )
+
+
+@pytest.fixture(scope="module")
+def tokenized_pair(tiny_config):
+    """Target and draft whose BPE vocabularies agree on the bytes and differ in the merges."""
+    target_tok = train_bpe(["the quick brown fox jumps over the lazy dog. " * 40], 300)
+    draft_tok = train_bpe(["lorem ipsum dolor sit amet, consectetur adipiscing. " * 40], 300)
+    config = tiny_config.replace(vocab_size=300)
+    target = sj.Model(sj.Decoder(config, seed=0), target_tok)
+    draft = sj.Model(sj.Decoder(config, seed=1), draft_tok)
+    same = sj.Model(sj.Decoder(config, seed=2), target_tok)
+    t, d = target_tok.vocab_strings().tokens, draft_tok.vocab_strings().tokens
+    first = next(i for i in range(max(len(t), len(d))) if t[i : i + 1] != d[i : i + 1])
+    return target, draft, same, first, t[first], d[first]
+
+
+def test_draft_tokenizer_differs(tokenized_pair):
+    target, draft, same, first, t_tok, d_tok = tokenized_pair
+    assert first >= 257  # the 256 byte symbols and the eos agree; the first merge differs
+    match = f"differ first at id {first}: target {t_tok!r} vs draft {d_tok!r}"
+    _refused(target, _draft(draft), ValueError, match.replace("(", r"\(").replace(")", r"\)"))
+    # The same tokenizer passes the check (build_plan compiles nothing).
+    plan, _ = build_plan(_draft(same), target, None)
+    assert plan.config.method == "draft_model"
+
+
+# ----------------------------------------------------------------------- verification
+
+
+@pytest.mark.parametrize(
+    "cfg_fn,sampling,match",
+    [
+        (lambda t: _draft(t, verification="fancy"), None, r"\['verification'\]='fancy' is invalid"),
+        (lambda t: _draft(t, verification="typical"), T1, "'typical' is lossy.*allow_lossy=True"),
+        (lambda t: _draft(t, verification="greedy"), T1, "'greedy' needs temperature=0, got 1.0"),
+        (lambda t: _ngram(verification="greedy"), T1, "'greedy' needs temperature=0"),
+        (lambda t: _ngram(verification="probabilistic"), T1, "'probabilistic' needs sampled"),
+        (lambda t: _ngram(verification="probabilistic"), None, "method='ngram' drafts"),
+        (lambda t: _draft(t, allow_lossy="yes"), None, r"\['allow_lossy'\]='yes' must be True"),
+        (lambda t: _draft(t, typical_epsilon=-0.1), None, r"\['typical_epsilon'\]=-0.1 must be"),
+        (lambda t: _draft(t, typical_delta=float("nan")), None, r"\['typical_delta'\]=nan"),
+    ],
+)
+def test_bad_verification(target, cfg_fn, sampling, match):
+    _refused(target, cfg_fn(target), ValueError, match, sampling=sampling)
+
+
+def test_auto_verification_resolves_per_method(target):
+    assert spec_config.parse(_ngram(), temperature=0.0).verification == "greedy"
+    assert spec_config.parse(_ngram(), temperature=0.8).verification == "one_hot"
+    assert spec_config.parse(_draft(target), temperature=0.8).verification == "probabilistic"
+    lossy = spec_config.parse(
+        _draft(target, verification="typical", allow_lossy=True), temperature=1
+    )
+    assert lossy.verification == "typical" and lossy.allow_lossy
+
+
+# ------------------------------------------------------------------------------ draft_tree
+
+
+@pytest.mark.parametrize(
+    "tree,match",
+    [
+        ({"depth": 0, "width": 2}, r"\['draft_tree.depth'\]=0 is out of range"),
+        ({"depth": 17, "width": 1}, r"\['draft_tree.depth'\]=17 is out of range"),
+        ({"depth": 2, "width": 0}, r"\['draft_tree.width'\]=0 is out of range"),
+        ({"depth": 2, "breadth": 2}, r"unknown keys \['breadth'\]"),
+        ({"depth": 9, "width": 3}, "MAX_TREE_NODES"),
+        ("no_such_tree", r"\['draft_tree'\]: tree='no_such_tree' is unknown"),
+        ([(1,)], r"\['draft_tree'\]: choice \(1,\).*\(0,\) is missing"),
+        ([(0,), (0, 1)], r"choice \(0, 1\).*\(0, 0\) is missing"),
+        ([(0,), (0,)], r"choice \(0,\) appears more than once"),
+        ([(0,), ()], "must be a non-empty sequence"),
+        ("chain_17", "depth 17; at most 16"),
+    ],
+)
+def test_bad_draft_tree(target, tree, match):
+    _refused(target, _draft(target, draft_tree=tree), ValueError, match)
+
+
+def test_draft_tree_refused_for_ngram(target):
+    cfg = _ngram(draft_tree={"depth": 2, "width": 2})
+    _refused(
+        target, cfg, ValueError, r"\['draft_tree'\] is only supported for method='draft_model'"
+    )
