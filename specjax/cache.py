@@ -64,11 +64,16 @@ class KVCache:
           (cache with the block written, k_layer [B, S, K, H], v_layer [B, S, K, H]).
         """
         offset = self.lengths if offset is None else offset
-        write = jax.vmap(lambda buf, x, start: jax.lax.dynamic_update_slice(buf, x, (start, 0, 0)))
-        k_layer = write(self.k[layer], k_new.astype(self.k.dtype), offset)  # [B, S, K, H]
-        v_layer = write(self.v[layer], v_new.astype(self.v.dtype), offset)  # [B, S, K, H]
-        cache = self.replace(k=self.k.at[layer].set(k_layer), v=self.v.at[layer].set(v_layer))
-        return cache, k_layer, v_layer
+        B, T = k_new.shape[:2]
+        rows = jnp.arange(B, dtype=jnp.int32)[:, None]  # [B, 1]
+        slots = offset[:, None] + jnp.arange(T, dtype=jnp.int32)[None, :]  # [B, T]
+        # One scatter into the whole [L, B, S, K, H] buffer, which XLA updates in place inside the
+        # decode loop. (A per-row dynamic_update_slice of the layer, then `.at[layer].set`, made
+        # XLA copy a layer or the whole cache per layer per step.) Out-of-range slots are dropped,
+        # never clamped onto the last slots; `check_room` refuses them on the host anyway.
+        k = self.k.at[layer, rows, slots].set(k_new.astype(self.k.dtype), mode="drop")
+        v = self.v.at[layer, rows, slots].set(v_new.astype(self.v.dtype), mode="drop")
+        return self.replace(k=k, v=v), k[layer], v[layer]  # k[layer], v[layer]: [B, S, K, H]
 
     def attention_mask(self, block_mask):
         """Which cache slots each new query may see.

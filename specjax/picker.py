@@ -22,10 +22,10 @@ What is measured, on a sample of the user's prompts at batch 1:
   depth i, so alpha is an effective per-depth acceptance of the tree.
 - c, the draft/target cost ratio: the per-token time of the draft generating alone over
   the target's (batch 1, at the workload's temperature, differenced over two lengths so
-  that prefill cancels).
-  Methods without a draft model (ngram) are taken as free: c = 0.
-Then predicted speedup for every method and N = 1..n_max, the best is picked (or plain
-autoregressive when nothing beats 1), and the best N of the top methods is measured
+  that prefill cancels). Methods without a draft model (ngram) are taken as free: c = 0.
+Then predicted speedup for every method and N = 1..n_max (a tree only up to
+`max_draft_nodes` nodes: the model sees its depth, not its width), the best is picked (or
+plain autoregressive when nothing beats 1), and the best N of the top methods is measured
 against autoregressive (interleaved, median of `repeats`) to put predicted next to measured.
 For each measured candidate the step overhead the model leaves out is reported, in target
 decode steps: tau / measured speedup - (N c + 1). Near 0 on hardware where verifying N+1
@@ -152,6 +152,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.prompt_lookup_min = 1
     cfg.prompt_lookup_max = 3
     cfg.n_max = 8
+    cfg.max_draft_nodes = 64  # trees: depths whose node count exceeds this are not considered
     cfg.temperature = 0.0
     cfg.num_prompts = 4
     cfg.prompt_tokens = 64
@@ -255,15 +256,23 @@ def _measure_alpha(cfg, runner, workloads, name, draft) -> dict:
     }
 
 
-def _predictions(alpha: float, c: float, n_max: int) -> list[dict]:
-    return [
-        {
-            "n": n,
-            "tokens_per_call": expected_tokens_per_call(alpha, n),
-            "speedup": expected_speedup(alpha, n, c),
-        }
-        for n in range(1, n_max + 1)
-    ]
+def _predictions(cfg, name: str, alpha: float, c: float) -> list[dict]:
+    """Predicted tau and speedup for N = 1..n_max (trees: up to max_draft_nodes nodes)."""
+    method = mt.get_method(name)
+    rows = []
+    for n in range(1, int(cfg.n_max) + 1):
+        nodes = method.num_nodes(cfg, n)
+        if n > 1 and nodes > cfg.max_draft_nodes:
+            break
+        rows.append(
+            {
+                "n": n,
+                "draft_nodes": nodes,
+                "tokens_per_call": expected_tokens_per_call(alpha, n),
+                "speedup": expected_speedup(alpha, n, c),
+            }
+        )
+    return rows
 
 
 def _measure_candidates(cfg, runner, workloads, candidates, draft, per_method) -> list[dict]:
@@ -326,13 +335,13 @@ def pick(cfg, workdir, *, target=None, draft=None) -> dict:
     for name in names:
         entry = _measure_alpha(cfg, runner, workloads, name, timed_draft)
         entry["c"] = cost["c"] if mt.get_method(name).needs_draft else 0.0
-        entry["predictions"] = _predictions(entry["alpha"], entry["c"], int(cfg.n_max))
+        entry["predictions"] = _predictions(cfg, name, entry["alpha"], entry["c"])
         per_method[name] = entry
         log.info("%s: tau %.2f, alpha %.3f, c %.3f", name, entry["tau"], entry["alpha"], entry["c"])
     ranked = sorted(
         (
-            {"method": name, "n": p["n"], "predicted_tau": p["tokens_per_call"],
-             "predicted_speedup": p["speedup"]}
+            {"method": name, "n": p["n"], "draft_nodes": p["draft_nodes"],
+             "predicted_tau": p["tokens_per_call"], "predicted_speedup": p["speedup"]}
             for name, e in per_method.items()
             for p in e["predictions"]
         ),
@@ -412,13 +421,13 @@ def recommendation_markdown(result: dict, workdir) -> str:
         "",
         "## Predicted vs measured",
         "",
-        "| method | N | predicted tau | measured tau | predicted speedup | measured speedup "
-        "| step overhead |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| method | N | draft nodes | predicted tau | measured tau | predicted speedup "
+        "| measured speedup | step overhead |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in result["measured"] or result["ranked"][:5]:
         lines.append(
-            f"| {r['method']} | {r['n']} | {_fmt(r['predicted_tau'])} | "
+            f"| {r['method']} | {r['n']} | {r['draft_nodes']} | {_fmt(r['predicted_tau'])} | "
             f"{_fmt(r.get('measured_tau'))} | {_fmt(r['predicted_speedup'])}x | "
             f"{_fmt(r.get('measured_speedup'))}x | {_fmt(r.get('overhead_steps'))} |"
         )

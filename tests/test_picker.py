@@ -106,6 +106,18 @@ def test_formulas_reject_bad_inputs(call):
         call()
 
 
+def test_predictions_cap_tree_size():
+    cfg = picker.default_config()  # draft_tree width 2, max_draft_nodes 64, n_max 8
+    chain = picker._predictions(cfg, "draft_model", 0.5, 0.1)
+    assert [p["n"] for p in chain] == list(range(1, 9))
+    assert [p["draft_nodes"] for p in chain] == list(range(1, 9))
+    assert chain[1]["tokens_per_call"] == pytest.approx(1.75)
+    assert chain[1]["speedup"] == pytest.approx(1.75 / 1.2)
+    tree = picker._predictions(cfg, "draft_tree", 0.5, 0.1)
+    # 2, 6, 14, 30, 62 nodes; depth 6 would verify 126 > 64.
+    assert [p["draft_nodes"] for p in tree] == [2, 6, 14, 30, 62]
+
+
 # ---------------------------------------------------------------------------- end to end
 
 
@@ -170,7 +182,8 @@ def test_pick_end_to_end(pair, tmp_path):
     assert measured["overhead_steps"] == pytest.approx(implied)
     assert rec["choice"]["method"] in {"draft_model", "ngram", "autoregressive"}
     md = (tmp_path / "recommendation.md").read_text()
-    assert "## Predicted vs measured" in md and f"| {best['method']} | {best['n']} |" in md
+    assert "## Predicted vs measured" in md
+    assert f"| {best['method']} | {best['n']} | {best['draft_nodes']} |" in md
 
 
 def test_pick_errors_early(tmp_path):

@@ -12,7 +12,9 @@ what it needs from the benchmark config (`num_speculative_tokens`, `draft_tree`,
 `depth_key` names the config field that plays the role of N (the draft depth) for that
 method, so that sweeps (tau vs N in the harness, N = 1..n_max in the picker) can vary it
 without knowing the method: "num_speculative_tokens" for chains, "draft_tree.depth" for
-the top-k tree. `needs_draft` makes a missing draft model a clear error before anything runs.
+the top-k tree. `needs_draft` makes a missing draft model a clear error before anything runs. `nodes(cfg, n)`
+gives the draft nodes the target verifies per step at depth n (default n: a chain), the
+width cost that the picker's acceptance model does not see.
 """
 
 from __future__ import annotations
@@ -31,13 +33,22 @@ class Method:
     fn: Callable
     needs_draft: bool = False
     depth_key: str | None = "num_speculative_tokens"  # None: the method has no N
+    nodes: Callable | None = None  # (cfg, n) -> draft nodes per step; None: n (a chain)
+
+    def num_nodes(self, cfg, n: int) -> int:
+        """Draft nodes the target verifies per step at depth n."""
+        return int(n) if self.nodes is None else int(self.nodes(cfg, n))
 
 
 _REGISTRY: dict[str, Method] = {}
 
 
 def register_method(
-    name: str, *, needs_draft: bool = False, depth_key: str | None = "num_speculative_tokens"
+    name: str,
+    *,
+    needs_draft: bool = False,
+    depth_key: str | None = "num_speculative_tokens",
+    nodes: Callable | None = None,
 ):
     """Decorator: register `fn(cfg, draft) -> speculative_config | None` under `name`.
 
@@ -45,6 +56,7 @@ def register_method(
       name: the method's name in `cfg.methods`.
       needs_draft: the method drafts with the separate draft model (`cfg.draft`).
       depth_key: dotted config field holding the draft depth N; None if it has none.
+      nodes: `(cfg, n) -> int` draft nodes verified per step at depth n; None = n (chain).
     Returns:
       The decorator (which returns `fn` unchanged).
     """
@@ -52,7 +64,7 @@ def register_method(
     def decorator(fn):
         if name in _REGISTRY and _REGISTRY[name].fn is not fn:
             raise ValueError(f"benchmark method {name!r} is already registered")
-        _REGISTRY[name] = Method(name, fn, needs_draft, depth_key)
+        _REGISTRY[name] = Method(name, fn, needs_draft, depth_key, nodes)
         return fn
 
     return decorator
@@ -132,7 +144,12 @@ def _draft_model(cfg, draft):
     }
 
 
-@register_method("draft_tree", needs_draft=True, depth_key="draft_tree.depth")
+def _tree_nodes(cfg, n: int) -> int:
+    width = int(cfg.draft_tree.width)
+    return sum(width**d for d in range(1, int(n) + 1))
+
+
+@register_method("draft_tree", needs_draft=True, depth_key="draft_tree.depth", nodes=_tree_nodes)
 def _draft_tree(cfg, draft):
     depth, width = int(cfg.draft_tree.depth), int(cfg.draft_tree.width)
     return {

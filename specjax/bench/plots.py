@@ -27,6 +27,18 @@ def _overall(runs: list[dict]) -> list[dict]:
     return [r for r in runs if r["category"] == OVERALL]
 
 
+def _ratio_err(rows: list[dict]) -> np.ndarray:
+    """[2, n] error bars from the median speedup to the min / max per-repeat paired ratio."""
+    err = []
+    for r in rows:
+        if not r:
+            err.append((np.nan, np.nan))
+            continue
+        ratios = [a / t for a, t in zip(r["ar_times_s"], r["times_s"], strict=True)]
+        err.append((r["speedup"] - min(ratios), max(ratios) - r["speedup"]))
+    return np.clip(np.array(err, float).reshape(-1, 2).T, 0.0, None)
+
+
 def speedup_plot(runs: list[dict], path: Path) -> Path:
     """Grouped bars: one group per method, one bar per (batch size, temperature)."""
     rows = _overall(runs)
@@ -37,15 +49,18 @@ def speedup_plot(runs: list[dict], path: Path) -> Path:
     width = 0.8 / max(len(cells), 1)
     x = np.arange(len(methods))
     for j, (b, t) in enumerate(cells):
-        values = [by_key.get((m, b, t), {}).get("speedup", np.nan) for m in methods]
-        bars = ax.bar(
-            x + (j - (len(cells) - 1) / 2) * width, values, width, label=f"b={b}, T={t:g}"
-        )
-        ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
+        found = [by_key.get((m, b, t), {}) for m in methods]
+        values = [r.get("speedup", np.nan) for r in found]
+        offset = x + (j - (len(cells) - 1) / 2) * width
+        bars = ax.bar(offset, values, width, label=f"b={b}, T={t:g}")
+        ax.errorbar(offset, values, yerr=_ratio_err(found), fmt="none", ecolor="black", lw=0.8)
+        ax.bar_label(bars, fmt="%.2f", fontsize=7, label_type="center")
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
     ax.set_xticks(x, methods)
     ax.set_ylabel("speedup over autoregressive (x)")
-    ax.set_title("Speedup (median time ratio, all categories)")
+    ax.set_title(
+        "Speedup over autoregressive, all categories\n(whiskers: min-max of paired repeats)"
+    )
     ax.legend(fontsize=8, ncols=min(len(cells), 4))
     ax.margins(y=0.15)
     fig.savefig(path, dpi=120)
@@ -100,13 +115,20 @@ def tau_vs_n_plot(points: list[dict], path: Path) -> Path:
     ax.set_xlabel("N (draft tokens per step)")
     ax.set_ylabel("tau (tokens per target call)")
     temperature = points[0].get("temperature", 0.0) if points else 0.0
-    ax.set_title(f"draft_model, T={temperature:g}, batch 1")
+    ax.set_title(f"tau vs N: draft_model, T={temperature:g}, batch 1")
     ax.legend(fontsize=8)
-    ax2.plot(ns, [p["speedup"] for p in points], "o-", color="C2")
+    ax2.errorbar(
+        ns,
+        [p["speedup"] for p in points],
+        yerr=_ratio_err(points),
+        fmt="o-",
+        color="C2",
+        capsize=3,
+    )
     ax2.axhline(1.0, color="black", lw=0.8, ls="--")
     ax2.set_xlabel("N (draft tokens per step)")
     ax2.set_ylabel("speedup over autoregressive (x)")
-    ax2.set_title("Measured speedup vs N")
+    ax2.set_title("Measured speedup vs N\n(whiskers: min-max of paired repeats)")
     for a in (ax, ax2):
         a.set_xticks(ns)
     fig.savefig(path, dpi=120)
@@ -114,17 +136,18 @@ def tau_vs_n_plot(points: list[dict], path: Path) -> Path:
 
 
 def make_plots(results: dict, out_dir) -> dict[str, Path]:
-    """Write speedup.png, acceptance.png and (with a sweep) tau_vs_n.png into out_dir.
+    """Write speedup.png, acceptance.png and tau_vs_n.png (those with data) into out_dir.
 
     Returns:
       {plot name: path} of the files written.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = {
-        "speedup": speedup_plot(results["runs"], out_dir / "speedup.png"),
-        "acceptance": acceptance_plot(results["runs"], out_dir / "acceptance.png"),
-    }
+    files = {}
+    if _overall(results["runs"]):
+        files["speedup"] = speedup_plot(results["runs"], out_dir / "speedup.png")
+    if any(r["acceptance_by_position"] for r in results["runs"]):
+        files["acceptance"] = acceptance_plot(results["runs"], out_dir / "acceptance.png")
     if results.get("tau_vs_n"):
         files["tau_vs_n"] = tau_vs_n_plot(results["tau_vs_n"], out_dir / "tau_vs_n.png")
     return files

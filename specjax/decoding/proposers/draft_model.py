@@ -90,7 +90,8 @@ class DraftModelProposer:
         """Draft tokens for nodes whose parents' processed log-probs are q_logp.
 
         Args:
-          q_logp: [B, n, V] processed draft log-probs of the parent level's nodes.
+          q_logp: [B, n, V] the parent level's scores (`_scores`): processed draft log-probs,
+            raw logits for top-k children at T=0.
           parent_idx: static list, for each child node, its parent's index within that level.
           ranks: static list of each child's sibling rank.
           key: [B] keys; first_node: the block index of the first child (keys fold in node ids).
