@@ -194,7 +194,12 @@ def sample_prompts(cfg, tokenizer) -> dict[str, list[list[int]]]:
 
 
 def _per_token_seconds(models: dict, prompt, long: int, short: int, repeats: int, temperature):
-    """Median decode time per token of each model at batch 1, prefill differenced out."""
+    """Decode time per token of each model at batch 1, prefill differenced out.
+
+    Uses the fastest of the interleaved repeats at each length: interference from other
+    work on a shared machine only ever adds time, and a difference of two noisy medians can
+    be anything (even negative) when the load changes between them.
+    """
     runners = {
         (name, m): timing.Runner(model, m) for name, model in models.items() for m in (long, short)
     }
@@ -206,7 +211,7 @@ def _per_token_seconds(models: dict, prompt, long: int, short: int, repeats: int
             times[key].append(sum(runner.run([[prompt]], temperature, None)[0]))
     per_token = {}
     for name in models:
-        t_long, t_short = timing.median(times[name, long]), timing.median(times[name, short])
+        t_long, t_short = min(times[name, long]), min(times[name, short])
         diff = (t_long - t_short) / max(long - short, 1)
         # Noise can make the difference meaningless for very short runs: fall back to the mean.
         per_token[name] = diff if diff > 0 else t_long / long
@@ -218,7 +223,8 @@ def measure_cost_ratio(
 ) -> dict:
     """c = draft decode step time / target decode step time, both generating alone.
 
-    Both sample at `temperature` (the sampling ops are part of a draft step). Two lengths, `max_new_tokens` and half of it plus one (one compiled program each when
+    Both sample at `temperature` (the sampling ops are part of a draft step); at least 5
+    interleaved repeats, the fastest of each kept (see `_per_token_seconds`). Two lengths, `max_new_tokens` and half of it plus one (one compiled program each when
     max_new_tokens is a power of two), so the prefill cancels in the difference.
 
     Returns:
@@ -228,7 +234,7 @@ def measure_cost_ratio(
     short = long // 2 + 1 if long > 2 else 1
     models = {"target": target} if draft is None else {"target": target, "draft": draft}
     per_token = _per_token_seconds(
-        models, prompt, long, short, max(int(repeats), 1), float(temperature)
+        models, prompt, long, short, max(int(repeats), 5), float(temperature)
     )
     c = per_token["draft"] / per_token["target"] if draft is not None else None
     return {"target_step_s": per_token["target"], "draft_step_s": per_token.get("draft"), "c": c}
