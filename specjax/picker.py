@@ -224,20 +224,28 @@ def measure_cost_ratio(
     """c = draft decode step time / target decode step time, both generating alone.
 
     Both sample at `temperature` (the sampling ops are part of a draft step); at least 5
-    interleaved repeats, the fastest of each kept (see `_per_token_seconds`). Two lengths, `max_new_tokens` and half of it plus one (one compiled program each when
-    max_new_tokens is a power of two), so the prefill cancels in the difference.
+    interleaved repeats, the fastest of each kept (see `_per_token_seconds`). Two lengths,
+    L = max(2 * max_new_tokens, 128) (within both models' position limits) and L / 2 + 1,
+    so the prefill cancels in the difference; long runs because a small draft's
+    per-token time is a fraction of a millisecond, easily lost in a shared machine's noise.
 
     Returns:
-      {"target_step_s", "draft_step_s", "c"}; c is None without a draft.
+      {"target_step_s", "draft_step_s", "c", "lengths"}; c is None without a draft.
     """
-    long = max(int(max_new_tokens), 2)
-    short = long // 2 + 1 if long > 2 else 1
     models = {"target": target} if draft is None else {"target": target, "draft": draft}
+    room = min(m.config.max_position_embeddings for m in models.values()) - len(prompt)
+    long = max(min(max(2 * int(max_new_tokens), 128), room), 2)
+    short = long // 2 + 1
     per_token = _per_token_seconds(
         models, prompt, long, short, max(int(repeats), 5), float(temperature)
     )
     c = per_token["draft"] / per_token["target"] if draft is not None else None
-    return {"target_step_s": per_token["target"], "draft_step_s": per_token.get("draft"), "c": c}
+    return {
+        "target_step_s": per_token["target"],
+        "draft_step_s": per_token.get("draft"),
+        "c": c,
+        "lengths": [short, long],
+    }
 
 
 def _measure_alpha(cfg, runner, workloads, name, draft) -> dict:
