@@ -50,7 +50,14 @@ MODELS = {
 }
 
 TRAIN = {
-    "target": dict(num_steps=300, learning_rate=2e-3, warmup_steps=30),
+    "target": dict(
+        batch_size=8,
+        num_steps=600,
+        learning_rate=3e-3,
+        warmup_steps=60,
+        eval_every=200,
+        checkpoint_every=200,
+    ),
     "draft": dict(num_steps=400, learning_rate=3e-3, warmup_steps=40),
     "tiny": dict(
         seq_len=32,

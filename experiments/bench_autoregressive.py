@@ -151,9 +151,11 @@ def machine() -> dict:
         ),
         platform.processor(),
     )
+    l3 = Path("/sys/devices/system/cpu/cpu0/cache/index3/size")
     return dict(
         nproc=os.cpu_count(),
         cpu=cpu,
+        l3_cache=l3.read_text().strip() if l3.exists() else None,
         load_avg=os.getloadavg(),
         jax=jax.__version__,
         torch=torch.__version__,

@@ -70,7 +70,7 @@ class KVCache:
         # One scatter into the whole [L, B, S, K, H] buffer, which XLA updates in place inside the
         # decode loop. (A per-row dynamic_update_slice of the layer, then `.at[layer].set`, made
         # XLA copy a layer or the whole cache per layer per step.) Out-of-range slots are dropped,
-        # never clamped onto the last slots; `check_room` refuses them on the host anyway.
+        # never clamped onto the last slots; callers size caches (or `check_room`) so none occur.
         k = self.k.at[layer, rows, slots].set(k_new.astype(self.k.dtype), mode="drop")
         v = self.v.at[layer, rows, slots].set(v_new.astype(self.v.dtype), mode="drop")
         return self.replace(k=k, v=v), k[layer], v[layer]  # k[layer], v[layer]: [B, S, K, H]

@@ -141,6 +141,7 @@ def default_config() -> ml_collections.ConfigDict:
       ConfigDict: target / draft paths, methods, the method knobs (the N each method's alpha
       is measured at: num_speculative_tokens, draft_tree.depth), n_max, temperature, the
       workload (num_prompts per category, prompt_tokens, max_new_tokens, prompts_file, data),
+      cost_tokens (generation length for timing c),
       measure / measure_top / repeats (predicted next to measured) and seed.
     """
     cfg = ml_collections.ConfigDict()
@@ -157,6 +158,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.num_prompts = 4
     cfg.prompt_tokens = 64
     cfg.max_new_tokens = 64
+    cfg.cost_tokens = 128  # generation length for timing c (and half of it, differenced)
     cfg.prompts_file = ""  # "" = held-out prompts of `data`; else .txt (a prompt a line) / .jsonl
     cfg.data = ml_collections.ConfigDict(dict(source="embedded", eval_fraction=0.05, seed=0))
     cfg.measure = True
@@ -219,22 +221,23 @@ def _per_token_seconds(models: dict, prompt, long: int, short: int, repeats: int
 
 
 def measure_cost_ratio(
-    target, draft, prompt, max_new_tokens: int, repeats: int, temperature: float = 0.0
+    target, draft, prompt, tokens: int, repeats: int, temperature: float = 0.0
 ) -> dict:
     """c = draft decode step time / target decode step time, both generating alone.
 
     Both sample at `temperature` (the sampling ops are part of a draft step); at least 5
     interleaved repeats, the fastest of each kept (see `_per_token_seconds`). Two lengths,
-    L = max(2 * max_new_tokens, 128) (within both models' position limits) and L / 2 + 1,
-    so the prefill cancels in the difference; long runs because a small draft's
-    per-token time is a fraction of a millisecond, easily lost in a shared machine's noise.
+    L = `tokens` (capped by both models' position limits) and L / 2 + 1, so the prefill
+    cancels in the difference. Use long runs (the config's `cost_tokens`, 128): a small
+    draft's per-token time is a fraction of a millisecond, easily lost in a shared
+    machine's noise.
 
     Returns:
       {"target_step_s", "draft_step_s", "c", "lengths"}; c is None without a draft.
     """
     models = {"target": target} if draft is None else {"target": target, "draft": draft}
     room = min(m.config.max_position_embeddings for m in models.values()) - len(prompt)
-    long = max(min(max(2 * int(max_new_tokens), 128), room), 2)
+    long = max(min(int(tokens), room), 2)
     short = long // 2 + 1
     per_token = _per_token_seconds(
         models, prompt, long, short, max(int(repeats), 5), float(temperature)
@@ -342,7 +345,7 @@ def pick(cfg, workdir, *, target=None, draft=None) -> dict:
     first_prompt = next(iter(prompts.values()))[0]
     log.info("pick 1/3: draft/target cost ratio")
     cost = measure_cost_ratio(
-        target, timed_draft, first_prompt, cfg.max_new_tokens, cfg.repeats, cfg.temperature
+        target, timed_draft, first_prompt, cfg.cost_tokens, cfg.repeats, cfg.temperature
     )
     log.info("pick 2/3: alpha of %s at T=%g", ", ".join(names), cfg.temperature)
     per_method = {}

@@ -148,6 +148,7 @@ def tiny_pick_config():
     cfg.num_prompts = 2
     cfg.prompt_tokens = 16
     cfg.max_new_tokens = 16
+    cfg.cost_tokens = 16  # the same program buckets as the rest: nothing new to compile
     cfg.measure_top = 1
     cfg.repeats = 1
     return cfg
@@ -161,6 +162,7 @@ def test_pick_end_to_end(pair, tmp_path):
     assert on_disk["choice"] == rec["choice"]
     cost = rec["cost"]
     assert cost["target_step_s"] > 0 and cost["draft_step_s"] > 0 and cost["c"] > 0
+    assert cost["lengths"] == [9, 16]
     assert set(rec["methods"]) == {"draft_model", "ngram"}
     for name, entry in rec["methods"].items():
         assert 0.0 <= entry["alpha"] <= 1.0 and entry["n_measured"] == 2

@@ -197,16 +197,16 @@ class GenerateOutput:
 
 
 def _stats(state: DecodeState, rows: int, spec) -> dict:
-    steps = np.asarray(state.steps[:rows])
-    drafted = np.asarray(state.drafted[:rows])
-    accepted = np.asarray(state.accepted[:rows])
-    hist = np.asarray(state.accept_hist[:rows]).sum(0)  # [M] steps that accepted exactly i drafts
+    steps = np.asarray(state.steps)[:rows]
+    drafted = np.asarray(state.drafted)[:rows]
+    accepted = np.asarray(state.accepted)[:rows]
+    hist = np.asarray(state.accept_hist)[:rows].sum(0)  # [M] steps that accepted exactly i drafts
     total_steps = int(steps.sum())
     stats = {
         "method": "autoregressive" if spec is None else spec.config.method,
         "steps": int(np.asarray(state.step)) - 1,
         "row_steps": steps.tolist(),
-        "generated_tokens": np.asarray(state.num_out[:rows]).tolist(),
+        "generated_tokens": np.asarray(state.num_out)[:rows].tolist(),
         "draft_tokens": int(drafted.sum()),
         "accepted_tokens": int(accepted.sum()),
         "row_draft_tokens": drafted.tolist(),
@@ -354,8 +354,8 @@ def generate_stream(
     state = _prefill_jit(static, params, *args)
     seen = np.zeros(len(rows), np.int64)
     while True:
-        num = np.asarray(state.num_out[: len(rows)])
-        out = np.asarray(state.out[: len(rows)])
+        num = np.asarray(state.num_out)[: len(rows)]
+        out = np.asarray(state.out)[: len(rows)]
         yield [out[b, seen[b] : num[b]].tolist() for b in range(len(rows))]
         seen = num.copy()
         if bool(np.all(np.asarray(state.done))):

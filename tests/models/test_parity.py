@@ -85,11 +85,7 @@ def _randomize(model: torch.nn.Module, seed: int) -> None:
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen)
-            is_scale = (
-                p.ndim == 1
-                and "norm" in name
-                or name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight"))
-            )
+            is_scale = p.ndim == 1 and name.endswith(".weight")  # a norm's scale
             p.copy_(1.0 + 0.2 * noise if is_scale else 0.2 * noise)
 
 
