@@ -16,7 +16,6 @@ Runtime: one compile and 25 batched calls per case; the broken verifier one comp
 """
 
 import functools
-import os
 
 import jax
 import jax.numpy as jnp
@@ -169,7 +168,7 @@ def _cfg(method: str, mode: str, draft) -> dict:
 
 
 # Every mode, every method and both sampling settings, in five compiled programs (~30 s of
-# CPU each). SPECJAX_SLOW=1 adds the rest of the (method, mode, sampling) matrix.
+# CPU each). `pytest -m slow` runs the rest of the (method, mode, sampling) matrix.
 CASES = [
     ("chain", "probabilistic", TOP_P),
     ("chain", "strict", TOP_K),
@@ -177,7 +176,6 @@ CASES = [
     ("tree", "one_hot", TOP_P),  # top-k siblings: zero and renormalise
     ("ngram", "one_hot", TOP_K),
 ]
-_slow = pytest.mark.skipif(not os.environ.get("SPECJAX_SLOW"), reason="set SPECJAX_SLOW=1")
 SLOW_CASES = [
     ("chain", "probabilistic", TOP_K),
     ("chain", "strict", TOP_P),
@@ -193,7 +191,7 @@ SLOW_CASES = [
 
 @pytest.mark.parametrize(
     "method,mode,params",
-    CASES + [pytest.param(*c, marks=[pytest.mark.slow, _slow]) for c in SLOW_CASES],
+    CASES + [pytest.param(*c, marks=pytest.mark.slow) for c in SLOW_CASES],
     ids=[f"{m}-{v}-T{s.temperature}" for m, v, s in CASES + SLOW_CASES],
 )
 def test_first_tokens_follow_target_law(pair, prompt, exact_laws, method, mode, params):
