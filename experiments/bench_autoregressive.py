@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -194,7 +195,7 @@ def main():
     weight_bytes = config.num_params() * 4  # float32
     bandwidth = memory_bandwidth()
     result = dict(
-        command="python experiments/bench_autoregressive.py" + (" --quick" if args.quick else ""),
+        command="python " + " ".join(sys.argv),
         machine=machine(),
         params=config.num_params(),
         weight_bytes=weight_bytes,
