@@ -18,10 +18,10 @@ and plots/{speedup,acceptance,tau_vs_n}.png.
 
 What to expect (this project's 2-core shared x86 box, jax 0.10 CPU backend, the quickstart
 pair: 6x384 target, 2x128 draft): the full grid takes 10-13 minutes, a third of it compiling
-(5-26 s per program). tau at batch 1: draft_model 1.82 (T=0) / 2.27 (T=1), draft_tree 1.94 /
-2.80, ngram 2.09 / 1.01. On this CPU nothing beats autoregressive reliably (best 1.09x,
-draft_model at T=1, batch 1; trees 0.4-0.6x): a speculative step costs 0.5-2 target steps
-more than its forward passes. The small variant takes about 4 minutes. Measured tables and
+(5-32 s per program). tau at batch 1: draft_model 1.82 (T=0) / 2.27 (T=1), draft_tree
+1.95 / 2.78, ngram 2.09 / 1.01. On this CPU nothing beats autoregressive (speedups
+0.44-0.78x; best ngram at T=0, batch 8): a speculative step costs 0.5-2 target steps more
+than its forward passes. The small variant takes about 4 minutes. Measured tables and
 what they mean: docs/skill-spec-decode-picker.md.
 """
 
