@@ -53,7 +53,7 @@ TRAIN = {
     "target": dict(
         batch_size=8,
         num_steps=600,
-        learning_rate=3e-3,
+        learning_rate=1.5e-3,
         warmup_steps=60,
         eval_every=200,
         checkpoint_every=200,
