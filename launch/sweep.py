@@ -156,23 +156,38 @@ def _series_fields(rows: list[dict], x_key: str) -> list[str]:
     return fields
 
 
+def _x_axis(rows: list[dict], sweep: list[dict]):
+    """(row key, axis label, row value -> position, tick labels or None) for the plot."""
+    key = next(iter(sweep[0])) if sweep and sweep[0] else "point"
+    if sweep and len({_scalar(o.get(key)) for o in sweep}) == len(sweep):
+        xs = list(dict.fromkeys(r.get(key) for r in rows))
+        if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs):
+            return key, key, (lambda x: x), None
+        return key, key, xs.index, [str(x) for x in xs]
+    # The first key alone does not tell the points apart (layers and width swept together):
+    # one tick per point, labelled by its values.
+    names = [point_name(i, o) for i, o in enumerate(sweep)]
+    ticks = [", ".join(str(_scalar(v)) for v in o.values()) for o in sweep]
+    label = ", ".join(k.split(".")[-1] for k in (sweep[0] if sweep else {})) or "point"
+    return "point", label, names.index, ticks
+
+
 def write_plot(rows: list[dict], sweep: list[dict], path: Path) -> None:
-    """One PNG: each available metric (speedup, tau / eval loss) against the first swept key."""
+    """One PNG: each available metric (speedup and tau, or eval loss) against the swept value."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    x_key = next(iter(sweep[0])) if sweep and sweep[0] else "point"
-    metrics = [m for m in PLOT_METRICS if any(m in r for r in rows)] or ["point"]
+    x_key, x_label, position, ticks = _x_axis(rows, sweep)
+    metrics = [m for m in PLOT_METRICS if any(m in r for r in rows)]
     if "speedup" in metrics:
         metrics = [m for m in metrics if m != "eval_loss"]
-    xs = list(dict.fromkeys(r.get(x_key) for r in rows))
-    numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
-    position = (lambda x: x) if numeric else (lambda x: xs.index(x))
     fields = _series_fields(rows, x_key)
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.6), squeeze=False)
-    for ax, metric in zip(axes[0], metrics, strict=True):
+    fig, axes = plt.subplots(
+        1, max(1, len(metrics)), figsize=(5 * len(metrics), 3.6), squeeze=False
+    )
+    for ax, metric in zip(axes[0], metrics, strict=False):
         series: dict[str, list] = {}
         for r in rows:
             if metric in r:
@@ -182,12 +197,11 @@ def write_plot(rows: list[dict], sweep: list[dict], path: Path) -> None:
             ax.plot(*zip(*sorted(points), strict=True), marker="o", label=label)
         if metric == "speedup":
             ax.axhline(1.0, color="gray", lw=0.8, ls="--")
-        if not numeric:
-            ax.set_xticks(range(len(xs)), [str(x) for x in xs])
-        ax.set_xlabel(x_key)
-        ax.set_ylabel(metric)
+        if ticks is not None:
+            ax.set_xticks(range(len(ticks)), ticks, fontsize=8)
+        ax.set(xlabel=x_label, ylabel=metric)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -5,8 +5,11 @@ r"""Ablation: the verification rule at T=1 (draft_model chain, N=4): probabilist
 
 `probabilistic` (min(1, p/q), residual resampling) and `strict` (sample from p, accept iff
 equal) are lossless; `typical` (Medusa's typical acceptance) is lossy and runs only with
-`allow_lossy=True`, which its point sets. The bench passes `bench.verification` and
-`bench.allow_lossy` into each method's speculative_config.
+`allow_lossy=True`, which its point sets.
+
+Needs the bench's method builders (`specjax/bench/methods.py`) to forward `bench.verification`
+and `bench.allow_lossy` into each speculative_config; until they do, the three points measure
+the same default rule (not measured yet for that reason).
 
 Expected: probabilistic accepts the most of the lossless rules (strict throws away every
 draft the target's own sample disagrees with, so its tau is lower); typical accepts more

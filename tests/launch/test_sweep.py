@@ -6,7 +6,7 @@ import pytest
 
 import specjax as sj
 from configs.ablations import num_speculative_tokens
-from launch.sweep import run_sweep
+from launch.sweep import _x_axis, point_name, run_sweep, write_plot
 from specjax.io.tokenizer import train_bpe
 from specjax.train import data
 
@@ -65,3 +65,16 @@ def test_two_point_sweep_writes_table_and_plot(tmp_path, pair):
     # A second call finds every point done and only re-aggregates.
     fail = lambda *args: pytest.fail("a finished point was run again")
     assert run_sweep(config, sweep, tmp_path, run=fail) == rows
+
+
+def test_plot_of_keys_swept_together_uses_one_tick_per_point(tmp_path):
+    sweep = [{"draft.model.num_layers": 1, "draft.model.hidden_size": w} for w in (64, 128)]
+    rows = [
+        {"point": point_name(i, o), **o, "method": "draft_model", "tau": 2.0 + i, "speedup": 1.1}
+        for i, o in enumerate(sweep)
+    ]
+    key, label, position, ticks = _x_axis(rows, sweep)
+    assert (key, label, ticks) == ("point", "num_layers, hidden_size", ["1, 64", "1, 128"])
+    assert [position(r["point"]) for r in rows] == [0, 1]
+    write_plot(rows, sweep, tmp_path / "sweep.png")
+    assert (tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
