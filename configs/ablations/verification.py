@@ -7,9 +7,8 @@ r"""Ablation: the verification rule at T=1 (draft_model chain, N=4): probabilist
 equal) are lossless; `typical` (Medusa's typical acceptance) is lossy and runs only with
 `allow_lossy=True`, which its point sets.
 
-Needs the bench's method builders (`specjax/bench/methods.py`) to forward `bench.verification`
-and `bench.allow_lossy` into each speculative_config; until they do, the three points measure
-the same default rule (not measured yet for that reason).
+The bench's method builders forward `bench.verification` and `bench.allow_lossy` into each
+speculative_config. Not measured yet on the trained pair.
 
 Expected: probabilistic accepts the most of the lossless rules (strict throws away every
 draft the target's own sample disagrees with, so its tau is lower); typical accepts more

@@ -130,6 +130,17 @@ def speculative_config(name: str, cfg, draft) -> dict | None:
 # ----------------------------------------------------------------------------- built-ins
 
 
+def _verification(cfg) -> dict:
+    """`bench.verification` / `bench.allow_lossy` when the config sets them ("auto" = default)."""
+    out = {}
+    mode = cfg.get("verification", "auto")
+    if mode != "auto":
+        out["verification"] = str(mode)
+    if cfg.get("allow_lossy", False):
+        out["allow_lossy"] = True
+    return out
+
+
 @register_method("autoregressive", depth_key=None)
 def _autoregressive(cfg, draft):
     return None
@@ -141,6 +152,7 @@ def _draft_model(cfg, draft):
         "method": "draft_model",
         "model": draft,
         "num_speculative_tokens": int(cfg.num_speculative_tokens),
+        **_verification(cfg),
     }
 
 
@@ -157,6 +169,7 @@ def _draft_tree(cfg, draft):
         "model": draft,
         "num_speculative_tokens": depth,
         "draft_tree": {"depth": depth, "width": width},
+        **_verification(cfg),
     }
 
 
@@ -167,4 +180,5 @@ def _ngram(cfg, draft):
         "num_speculative_tokens": int(cfg.num_speculative_tokens),
         "prompt_lookup_min": int(cfg.prompt_lookup_min),
         "prompt_lookup_max": int(cfg.prompt_lookup_max),
+        **_verification(cfg),
     }

@@ -222,3 +222,13 @@ def test_bench_config_file(arg):
     assert tuple(config.bench.batch_sizes) == ((1,) if arg else (1, 8))
     with pytest.raises(ValueError, match="unknown variant"):
         module.get_config("huge")
+
+
+def test_method_builders_forward_the_verification_rule():
+    cfg = default_config()
+    cfg.verification = "typical"
+    cfg.allow_lossy = True
+    spec = mt.speculative_config("draft_model", cfg, draft="draft")
+    assert spec["verification"] == "typical" and spec["allow_lossy"] is True
+    plain = mt.speculative_config("ngram", default_config(), draft=None)
+    assert "verification" not in plain and "allow_lossy" not in plain
