@@ -39,5 +39,22 @@ def unrelated_draft():
 
 
 @pytest.fixture(scope="session")
+def tiny_bench_pair():
+    """A tiny random target with a BPE tokenizer and its first-layer draft (bench, picker).
+
+    One session-wide pair, so the bench and picker tests share compiled programs.
+    """
+    from specjax.bench.pairs import truncated_draft
+    from specjax.io.tokenizer import train_bpe
+    from specjax.train import data
+
+    texts = data.load_text_dataset("embedded", max_documents=40, max_chars=20_000)["text"]
+    tok = train_bpe(texts, vocab_size=320)
+    config = TINY.replace(vocab_size=tok.vocab_size)
+    target = sj.Model(sj.Decoder(config, seed=0), tok, "tiny-target")
+    return target, truncated_draft(target, 1)
+
+
+@pytest.fixture(scope="session")
 def rng():
     return np.random.default_rng(0)

@@ -6,11 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import specjax as sj
 from specjax import picker
-from specjax.bench.pairs import truncated_draft
-from specjax.io.tokenizer import train_bpe
-from specjax.train import data
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -122,22 +118,8 @@ def test_predictions_cap_tree_size():
 
 
 @pytest.fixture(scope="module")
-def pair():
-    # The same tiny pair as tests/bench: in one pytest process the compiled programs are shared.
-    texts = data.load_text_dataset("embedded", max_documents=40, max_chars=20_000)["text"]
-    tok = train_bpe(texts, vocab_size=320)
-    config = sj.ModelConfig(
-        vocab_size=tok.vocab_size,
-        hidden_size=32,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=8,
-        intermediate_size=64,
-        max_position_embeddings=128,
-    )
-    target = sj.Model(sj.Decoder(config, seed=0), tok, "tiny-target")
-    return target, truncated_draft(target, 1)
+def pair(tiny_bench_pair):
+    return tiny_bench_pair
 
 
 def tiny_pick_config():
