@@ -100,6 +100,8 @@ def _cell_rows(name, batch_size, temperature, measured) -> list[dict]:
                     "conditional_acceptance_by_position"
                 ],
                 "alpha": picker.alpha_from_acceptance(entry["stats"]["acceptance_by_position"]),
+                **{key: entry["stats"][key] for key in timing.POSITION_COUNTS},
+                "steps": entry["stats"]["steps"],
                 "generated_tokens": tokens,
                 "tokens_per_s": tokens / t,
                 "ar_tokens_per_s": tokens / t_ar,

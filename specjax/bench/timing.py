@@ -26,6 +26,7 @@ import numpy as np
 
 from specjax import sampling as sp
 from specjax.decoding import engine
+from specjax.decoding.engine import acceptance_rates
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,9 @@ def _counts(stats: dict) -> tuple[int, int, int, int]:
     return int(steps), int(stats["accepted_tokens"]), int(stats["draft_tokens"]), int(generated)
 
 
+POSITION_COUNTS = ("offered_by_position", "reached_by_position", "accepted_by_position")
+
+
 def pool_stats(stats_list: list[dict]) -> dict:
     """Pool the acceptance statistics of several calls by their counts.
 
@@ -84,31 +88,33 @@ def pool_stats(stats_list: list[dict]) -> dict:
       stats_list: `GenerateOutput.stats` dicts of calls with the same method config, or
         dicts this function returned (pooling is associative).
     Returns:
-      dict: steps, accepted_tokens, draft_tokens, generated_tokens, tau,
-      acceptance_by_position (P(a step accepts >= i drafts), i = 1..depth) and
-      conditional_acceptance_by_position (P(>= i | >= i-1)); empty lists for autoregressive.
+      dict: steps, accepted_tokens, draft_tokens, generated_tokens, tau, the per-position
+      counts (offered/reached/accepted_by_position) and from them acceptance_by_position
+      (P(a step accepts >= i drafts | position i offered), i = 1..depth) and
+      conditional_acceptance_by_position (P(>= i | >= i-1, i offered)); empty lists for
+      autoregressive.
     """
     counts = np.array([_counts(s) for s in stats_list], np.int64).reshape(-1, 4)  # [calls, 4]
     steps, accepted, drafted, generated = (int(x) for x in counts.sum(0))
-    uncond: list[float] = []
-    weighted = [
-        (np.asarray(s["acceptance_by_position"], np.float64), n)
-        for s, n in zip(stats_list, counts[:, 0], strict=True)
-        if s.get("acceptance_by_position")
-    ]
-    if weighted and steps:
-        uncond = (sum(u * n for u, n in weighted) / steps).tolist()
-    previous = [1.0, *uncond][: len(uncond)]
-    cond = [u / p if p > 0 else 0.0 for u, p in zip(uncond, previous, strict=True)]
-    return {
+    pooled = {
         "steps": steps,
         "accepted_tokens": accepted,
         "draft_tokens": drafted,
         "generated_tokens": generated,
         "tau": (accepted + steps) / steps if steps else 0.0,
-        "acceptance_by_position": [float(u) for u in uncond],
-        "conditional_acceptance_by_position": [float(c) for c in cond],
     }
+    with_positions = [s for s in stats_list if s.get("offered_by_position")]
+    for key in POSITION_COUNTS:
+        pooled[key] = (
+            np.sum([s[key] for s in with_positions], axis=0, dtype=np.int64).tolist()
+            if with_positions
+            else []
+        )
+    if with_positions:
+        pooled.update(acceptance_rates(pooled))
+    else:
+        pooled.update(acceptance_by_position=[], conditional_acceptance_by_position=[])
+    return pooled
 
 
 @dataclasses.dataclass

@@ -53,6 +53,10 @@ class DecodeState:
     drafted: jax.Array  # [B] int32 draft tokens offered to the verifier
     accepted: jax.Array  # [B] int32 draft tokens accepted
     accept_hist: jax.Array  # [B, M] int32 histogram of accepted drafts per step (0..M-1)
+    # Per draft position i = 1..M-1 (index 0 unused): active steps that offered position i (the
+    # budget can mask the deeper ones), and those that also accepted >= i - 1 drafts.
+    offered: jax.Array  # [B, M] int32
+    reached: jax.Array  # [B, M] int32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +139,8 @@ def prefill(static: Static, params, prompt, prompt_len, max_new, stop_ids, keys)
         drafted=jnp.zeros((B,), jnp.int32),
         accepted=jnp.zeros((B,), jnp.int32),
         accept_hist=jnp.zeros((B, M), jnp.int32),
+        offered=jnp.zeros((B, M), jnp.int32),
+        reached=jnp.zeros((B, M), jnp.int32),
     )
     if static.spec is not None:
         state = state.replace(
@@ -217,14 +223,32 @@ def _stats(state: DecodeState, rows: int, spec) -> dict:
         ),
         "acceptance_rate": float(accepted.sum() / drafted.sum()) if drafted.sum() else 0.0,
     }
-    if len(hist) > 1 and total_steps:
-        at_least = hist[::-1].cumsum()[::-1]  # [M] steps accepting >= i drafts
-        stats["acceptance_by_position"] = (at_least[1:] / total_steps).tolist()  # unconditional
-        stats["conditional_acceptance_by_position"] = [
-            float(at_least[i] / at_least[i - 1]) if at_least[i - 1] else 0.0
-            for i in range(1, len(hist))
-        ]
+    if len(hist) > 1:
+        # Per draft position i = 1..Dmax: steps that offered it (the token budget can mask the
+        # deeper ones near the end), of those the steps that had accepted >= i - 1 drafts, and
+        # the steps that accepted >= i.
+        stats["offered_by_position"] = np.asarray(state.offered)[:rows].sum(0)[1:].tolist()
+        stats["reached_by_position"] = np.asarray(state.reached)[:rows].sum(0)[1:].tolist()
+        stats["accepted_by_position"] = hist[::-1].cumsum()[::-1][1:].tolist()
+        stats.update(acceptance_rates(stats))
     return stats
+
+
+def acceptance_rates(counts: dict) -> dict:
+    """acceptance_by_position u_i = P(a step accepts >= i drafts | it offered position i) and
+    conditional_acceptance_by_position c_i = P(>= i | >= i - 1, offered i), from the counts in
+    `counts` (offered/reached/accepted_by_position). When every step offers every position
+    (no budget masking, no short n-gram matches), u = cumprod(c)."""
+    ratio = lambda a, b: float(a / b) if b else 0.0  # noqa: E731
+    at_least = counts["accepted_by_position"]
+    return {
+        "acceptance_by_position": [
+            ratio(a, o) for a, o in zip(at_least, counts["offered_by_position"], strict=True)
+        ],
+        "conditional_acceptance_by_position": [
+            ratio(a, r) for a, r in zip(at_least, counts["reached_by_position"], strict=True)
+        ],
+    }
 
 
 def _bucket(n: int, minimum: int) -> int:

@@ -93,6 +93,9 @@ def speculative_step(static, params, state):
     drafted = jnp.sum(valid[:, 1:], axis=1).astype(jnp.int32)  # [B]
     a = result.num_accepted
     hist = jax.nn.one_hot(a, plan.max_emit, dtype=jnp.int32) * active[:, None]  # [B, M]
+    at_depth = depth[:, None] == jnp.arange(plan.max_emit)[None, :]  # [P+1, M]
+    offered = jnp.any(valid[:, :, None] & at_depth[None], axis=1) & active[:, None]  # [B, M]
+    reached = offered & (a[:, None] >= jnp.arange(plan.max_emit)[None, :] - 1)  # [B, M]
     act = active.astype(jnp.int32)
     state = state.replace(
         cache=cache,
@@ -102,6 +105,8 @@ def speculative_step(static, params, state):
         drafted=state.drafted + drafted * act,
         accepted=state.accepted + a * act,
         accept_hist=state.accept_hist + hist,
+        offered=state.offered + offered.astype(jnp.int32),
+        reached=state.reached + reached.astype(jnp.int32),
     )
     from specjax.decoding.engine import emit
 

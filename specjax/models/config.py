@@ -31,7 +31,9 @@ class ModelConfig:
     rope_theta: float = 10000.0
     # Hashable rope-scaling items, e.g. (("rope_type", "llama3"), ("factor", 8.0), ...).
     rope_scaling: tuple[tuple[str, Any], ...] | None = None
-    attention_bias: bool = False  # Qwen2: bias on q/k/v
+    # Bias on q/k/v (and o_proj, except Qwen2). None: the family's fixed choice (Qwen2 always has
+    # q/k/v biases, Mistral never has any, Llama/Qwen3 default to none); resolved at construction.
+    attention_bias: bool | None = None
     qk_norm: bool = False  # Qwen3: RMSNorm over each head of q and k
     tie_word_embeddings: bool = False
     sliding_window: int | None = None  # Mistral: keys older than this are invisible
@@ -68,6 +70,15 @@ class ModelConfig:
             )
         if self.model_type == "gpt2" and self.num_heads * self.head_dim != self.hidden_size:
             raise ValueError("gpt2 needs num_heads * head_dim == hidden_size")
+        fixed = {"qwen2": True, "mistral": False}.get(self.model_type)
+        if self.attention_bias is None:
+            object.__setattr__(self, "attention_bias", bool(fixed))
+        elif fixed is not None and self.attention_bias != fixed:
+            raise ValueError(
+                f"ModelConfig.attention_bias={self.attention_bias} is not possible for "
+                f"model_type={self.model_type!r}: its attention always has "
+                f"{'q/k/v biases' if fixed else 'no biases'} (transformers ignores the field)"
+            )
         if self.sliding_window is not None and self.sliding_window < 1:
             raise ValueError(
                 f"ModelConfig.sliding_window={self.sliding_window} must be >= 1 or None"
@@ -298,7 +309,10 @@ def config_from_hf(cfg: dict) -> ModelConfig:
         norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
         rope_theta=float(rope_theta if rope_theta is not None else 10000.0),
         rope_scaling=_rope_items(cfg),
-        attention_bias=bool(cfg.get("attention_bias", model_type == "qwen2")),
+        # transformers ignores attention_bias for Qwen2 (always biased) and Mistral (never).
+        attention_bias=(
+            None if model_type in ("qwen2", "mistral") else bool(cfg.get("attention_bias", False))
+        ),
         qk_norm=model_type == "qwen3",
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         sliding_window=None if sliding is None else int(sliding),

@@ -21,6 +21,7 @@ from flax import nnx
 from specjax.cache import KVCache
 from specjax.models.config import ModelConfig, rope_inv_freq
 
+BLOCKDIAG_MAX_T = 2  # blocks of at most this many tokens use `attend_blockdiag` (measured)
 MASKED = -1e30  # finite large negative: a fully masked row stays NaN-free
 
 
@@ -98,6 +99,33 @@ def attend(q, k, v, mask, scale):
     return out.reshape(B, T, N, H)
 
 
+def attend_blockdiag(q, k, v, mask, scale):
+    """`attend` for short blocks: reads the cache as stored ([B, S, K*H] rows), no transposes.
+
+    Each query head is placed in its KV group's slice of a zero [K*H] row, so one matmul
+    against the cache rows scores every (head, slot) pair; the output keeps the diagonal
+    blocks. It does K times the multiply-adds of `attend`, which is cheap for a few query
+    tokens and saves two cache-sized transposes per layer.
+    """
+    B, T, N, H = q.shape
+    S, K = k.shape[1], k.shape[2]
+    G = N // K
+    eye = jnp.eye(K, dtype=q.dtype)  # [K, K]
+    qbd = jnp.einsum("btkgh,kj->btkgjh", q.reshape(B, T, K, G, H), eye).reshape(B, T * N, K * H)
+    scores = (
+        jnp.einsum("bmc,bsc->bms", qbd, k.reshape(B, S, K * H), preferred_element_type=jnp.float32)
+        * scale
+    )  # [B, T*N, S]
+    scores = scores.reshape(B, T, N, S)
+    scores = jnp.where(mask[:, :, None], scores, MASKED)  # [B, T, N, S]
+    probs = jax.nn.softmax(scores, axis=-1).reshape(B, T * N, S)
+    visible = jnp.any(mask, axis=1)  # [B, S]
+    v = jnp.where(visible[:, :, None, None], v, jnp.zeros((), v.dtype))  # [B, S, K, H]
+    out = jnp.einsum("bms,bsc->bmc", probs.astype(v.dtype), v.reshape(B, S, K * H))
+    out = jnp.einsum("btkgjh,kj->btkgh", out.reshape(B, T, K, G, K, H), eye)  # [B, T, K, G, H]
+    return out.reshape(B, T, N, H)
+
+
 class Attention(nnx.Module):
     """Self-attention; Llama names (q/k/v/o_proj, q/k_norm) or GPT-2 names (c_attn, c_proj)."""
 
@@ -144,7 +172,8 @@ class Attention(nnx.Module):
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         cache, k_all, v_all = cache.write_layer(layer, k, v, offset)  # [B, S, K, H] each
-        out = attend(q, k_all, v_all, mask, 1.0 / math.sqrt(self.config.head_dim))  # [B, T, N, H]
+        fn = attend_blockdiag if T <= BLOCKDIAG_MAX_T else attend
+        out = fn(q, k_all, v_all, mask, 1.0 / math.sqrt(self.config.head_dim))  # [B, T, N, H]
         out = out.reshape(B, T, -1)  # [B, T, N*H]
         return (self.o_proj(out) if self.config.is_llama else self.c_proj(out)), cache
 
@@ -243,7 +272,10 @@ class Decoder(nnx.Module):
         """Final norm then the LM head. h: [..., D] (pre-norm feature) -> [..., V] float32."""
         x = self.final_norm(h)
         if self.config.tie_word_embeddings:
-            logits = self.embedder.attend(x)
+            # Contract with the [V, D] table as stored. `nnx.Embed.attend` writes `x @ E.T`, and
+            # XLA:CPU fuses that transpose into a strided loop (2x slower per decode step).
+            E = self.embedder.embedding[...]
+            logits = jax.lax.dot_general(x, E.astype(x.dtype), (((x.ndim - 1,), (1,)), ((), ())))
         else:
             logits = self.lm_head(x)
         return logits.astype(jnp.float32)

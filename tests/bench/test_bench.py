@@ -70,12 +70,15 @@ def test_acceptance_statistics_are_consistent(bench):
     for r in results["runs"]:
         u, c = r["acceptance_by_position"], r["conditional_acceptance_by_position"]
         assert len(u) == len(c) == depth[r["method"]]
-        # E[accepted drafts per step] = sum_i P(accepted >= i), exactly, for pooled counts.
-        assert r["tau"] == pytest.approx(1.0 + sum(u), abs=1e-9)
-        assert all(a >= b - 1e-12 for a, b in zip(u, u[1:], strict=False))
-        previous = [1.0, *u][: len(u)]
-        for ui, ci, pi in zip(u, c, previous, strict=True):
-            assert ui == pytest.approx(ci * pi, abs=1e-12)
+        offered, reached = r["offered_by_position"], r["reached_by_position"]
+        at_least = r["accepted_by_position"]
+        # Accepted drafts = sum_i #(steps accepting >= i), exactly, for pooled counts.
+        assert r["tau"] == pytest.approx(1.0 + sum(at_least) / r["steps"], abs=1e-9)
+        for i in range(len(u)):
+            assert at_least[i] <= reached[i] <= offered[i] <= r["steps"]
+            assert u[i] == (at_least[i] / offered[i] if offered[i] else 0.0)
+            assert c[i] == (at_least[i] / reached[i] if reached[i] else 0.0)
+        assert all(a >= b for a, b in zip(offered, offered[1:], strict=False))
     ar = [r for r in results["runs"] if r["method"] == "autoregressive"]
     assert all(r["tau"] == 1.0 for r in ar)
     # The truncated draft shares the target's embedding and head: it is accepted sometimes.
@@ -164,21 +167,30 @@ def test_pool_stats_pools_by_counts():
         "accepted_tokens": 4,
         "draft_tokens": 8,
         "generated_tokens": [8],
-        "acceptance_by_position": [0.75, 0.25],
+        "offered_by_position": [4, 4],
+        "reached_by_position": [4, 3],
+        "accepted_by_position": [3, 1],
     }
     b = {
         "row_steps": [2, 2],
         "accepted_tokens": 1,
-        "draft_tokens": 8,
+        "draft_tokens": 7,
         "generated_tokens": [3, 2],
-        "acceptance_by_position": [0.25, 0.0],
+        "offered_by_position": [4, 3],
+        "reached_by_position": [4, 1],
+        "accepted_by_position": [1, 0],
     }
     pooled = timing.pool_stats([a, b])
     assert pooled["steps"] == 8 and pooled["generated_tokens"] == 13
     assert pooled["tau"] == pytest.approx((5 + 8) / 8)
-    assert pooled["acceptance_by_position"] == pytest.approx([0.5, 0.125])
-    assert pooled["conditional_acceptance_by_position"] == pytest.approx([0.5, 0.25])
+    assert pooled["offered_by_position"] == [8, 7]
+    assert pooled["acceptance_by_position"] == pytest.approx([4 / 8, 1 / 7])
+    assert pooled["conditional_acceptance_by_position"] == pytest.approx([4 / 8, 1 / 4])
     assert timing.pool_stats([pooled]) == pooled  # pooling is associative
+    auto = timing.pool_stats(
+        [{"row_steps": [3], "accepted_tokens": 0, "draft_tokens": 0, "generated_tokens": [4]}]
+    )
+    assert auto["acceptance_by_position"] == [] and auto["offered_by_position"] == []
 
 
 def test_truncated_draft_copies_the_first_layers(pair):

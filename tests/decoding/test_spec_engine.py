@@ -128,11 +128,18 @@ def _check_stats(stats: dict, k: int) -> None:
     assert stats["generated_tokens"] == (1 + acc + steps).tolist()
     uncond = np.asarray(stats["acceptance_by_position"])
     cond = np.asarray(stats["conditional_acceptance_by_position"])
-    assert uncond.shape == cond.shape == (k,)
-    assert np.all(np.diff(uncond) <= 0) and np.all((0 <= cond) & (cond <= 1))
-    np.testing.assert_allclose(uncond, np.cumprod(cond), rtol=1e-12)
-    # sum_i P(accept >= i) = E[accepted]: the histogram and the counters agree.
-    assert uncond.sum() * total == pytest.approx(acc.sum())
+    offered = np.asarray(stats["offered_by_position"])
+    reached = np.asarray(stats["reached_by_position"])
+    at_least = np.asarray(stats["accepted_by_position"])
+    assert uncond.shape == cond.shape == offered.shape == (k,)
+    # Counts: a deeper position is offered no more often; accepting >= i needs i offered and
+    # >= i - 1 accepted; sum_i #(accepted >= i) = accepted drafts.
+    assert np.all(np.diff(offered) <= 0) and offered[0] <= total
+    assert np.all(at_least <= reached) and np.all(reached <= offered)
+    assert reached[0] == offered[0] and at_least.sum() == acc.sum()
+    np.testing.assert_allclose(uncond, at_least / offered)
+    np.testing.assert_allclose(cond, at_least / reached)
+    assert np.all(np.diff(uncond) <= 1e-12) and np.all(uncond <= cond + 1e-12)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -158,9 +165,18 @@ def test_stats_match_a_per_step_replay(target, partial, prompts, temperature):
     assert out.stats["row_steps"] == active.sum(0).tolist()
     assert out.stats["row_accepted_tokens"] == accepted.sum(0).tolist()
     assert out.stats["row_draft_tokens"] == offered.sum(0).tolist()
+    # Position i is offered at a step iff the row was active with room for i drafts + 1.
+    offered_i = [(active & (room - 1 >= i)).sum() for i in range(1, k + 1)]
+    reached_i = [(active & (room - 1 >= i) & (accepted >= i - 1)).sum() for i in range(1, k + 1)]
     at_least = [(accepted[active] >= i).sum() for i in range(1, k + 1)]
+    assert out.stats["offered_by_position"] == offered_i
+    assert out.stats["reached_by_position"] == reached_i
+    assert out.stats["accepted_by_position"] == at_least
     np.testing.assert_allclose(
-        out.stats["acceptance_by_position"], np.array(at_least) / active.sum()
+        out.stats["acceptance_by_position"], np.array(at_least) / np.array(offered_i)
+    )
+    np.testing.assert_allclose(
+        out.stats["conditional_acceptance_by_position"], np.array(at_least) / np.array(reached_i)
     )
 
 

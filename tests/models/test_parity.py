@@ -256,3 +256,29 @@ def test_sharded_checkpoint(family, tmp_path):
     model = sj.load_model(tmp_path, load_tokenizer=False)
     got = full_logits(model.module, family.tokens)
     np.testing.assert_allclose(got, family.ref_logits, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "hf_config",
+    [
+        # transformers ignores attention_bias for these two: Qwen2 always has q/k/v biases,
+        # Mistral never has any. The imported config must build the tensors transformers has.
+        lambda: transformers.Qwen2Config(**COMMON, attention_bias=False),
+        lambda: transformers.MistralConfig(**COMMON, attention_bias=True),
+        lambda: transformers.LlamaConfig(**COMMON, attention_bias=True),
+    ],
+    ids=["qwen2_bias_false", "mistral_bias_true", "llama_bias_true"],
+)
+def test_ignored_attention_bias_builds_transformers_tensors(hf_config):
+    hf_config = hf_config()
+    ref = transformers.AutoModelForCausalLM.from_config(hf_config)
+    config = config_from_hf(hf_config.to_dict())
+    assert set(sj.models.hf_param_names(config)) == set(ref.state_dict())
+    assert config.num_params() == sum(p.numel() for p in ref.parameters())
+
+
+@pytest.mark.parametrize("model_type,bias", [("qwen2", False), ("mistral", True)])
+def test_impossible_attention_bias_is_refused(model_type, bias):
+    with pytest.raises(ValueError, match=f"attention_bias={bias}.*{model_type}"):
+        sj.ModelConfig(model_type=model_type, attention_bias=bias)
+    assert sj.ModelConfig(model_type=model_type).attention_bias is (not bias)

@@ -1,0 +1,171 @@
+"""Where a decode step's time goes on this backend: an XLA op breakdown, and matmul cost vs rows.
+
+`--what step`: runs `sj.generate` once under `jax.profiler`, groups the compiled program's ops by
+kind (dot, ynn_fusion, copy fusions, ...) and prints milliseconds per decode step, for the
+~110M Llama of `bench_autoregressive.py` (autoregressive) or, with `--method`, for the random
+8x512 pair of `bench_speculative.py` (draft_model chain N=4 or ngram N=4).
+
+`--what rows`: a chain of 12 (up, down) projection pairs (D=768, F=2048, 302 MB of float32
+weights, more than the caches hold) applied to M = 1, 2, 5, 8, 16 rows, with the weights stored
+[in, out] (specjax's layout) and [out, in]. A verify block of N+1 tokens and a batch of B rows
+are exactly such M-row matmuls, so this prices them against one-row decoding.
+
+    python experiments/decode_step_profile.py --what step --batch 1
+    python experiments/decode_step_profile.py --what step --method ngram
+    python experiments/decode_step_profile.py --what rows
+
+Prints tables; nothing is written unless `--out` is given. Profiling adds overhead, so read the
+step breakdown as shares, and the timings of `bench_*.py` as the speeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+import re
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from bench_autoregressive import bench_config
+
+import specjax as sj
+from specjax.bench.pairs import truncated_draft
+
+
+def op_breakdown(run) -> collections.Counter:
+    """Microseconds per XLA op kind over one call of `run` (already compiled)."""
+    with tempfile.TemporaryDirectory() as logdir:
+        jax.profiler.start_trace(logdir)
+        out = run()
+        jax.profiler.stop_trace()
+        (trace,) = Path(logdir).rglob("*.trace.json.gz")
+        events = json.load(gzip.open(trace))["traceEvents"]
+    kinds = collections.Counter()
+    for e in events:
+        name = e.get("name", "")
+        if e.get("ph") != "X" or name.startswith(("$", "end:")) or "Execute" in name:
+            continue
+        if "Pjit" in name:
+            continue
+        kinds[re.sub(r"[.\d]+$", "", name)] += e["dur"]
+    return kinds, out
+
+
+def step_profile(args) -> dict:
+    if args.method == "autoregressive":
+        target = sj.Decoder(bench_config(False), seed=0)
+        spec = None
+    else:
+        cfg = sj.ModelConfig(
+            model_type="llama",
+            vocab_size=8192,
+            hidden_size=512,
+            num_layers=8,
+            num_heads=8,
+            num_kv_heads=8,
+            head_dim=64,
+            intermediate_size=1376,
+            max_position_embeddings=1024,
+        )
+        target = sj.Decoder(cfg, seed=0)
+        spec = {
+            "draft_model": dict(
+                method="draft_model", model=truncated_draft(target, 2), num_speculative_tokens=4
+            ),
+            "ngram": dict(
+                method="ngram", num_speculative_tokens=4, prompt_lookup_max=3, prompt_lookup_min=1
+            ),
+        }[args.method]
+    rng = np.random.default_rng(0)
+    unit = rng.integers(0, target.config.vocab_size, 8)
+    prompts = [np.tile(unit, 4).tolist()] * args.batch
+
+    def run():
+        return sj.generate(target, prompts, args.new, stop_token_ids=[], speculative_config=spec)
+
+    run()  # compile
+    kinds, out = op_breakdown(run)
+    steps = out.stats["steps"]
+    rows = [dict(kind=k, ms_per_step=us / 1e3 / steps) for k, us in kinds.most_common(args.top)]
+    total = sum(kinds.values()) / 1e3 / steps
+    print(f"{args.method}, batch {args.batch}: {steps} steps, {total:.2f} ms/step of ops")
+    print("| op kind | ms / step | share |\n| --- | ---: | ---: |")
+    for r in rows:
+        print(f"| {r['kind']} | {r['ms_per_step']:.3f} | {r['ms_per_step'] / total:.0%} |")
+    return dict(method=args.method, batch=args.batch, steps=steps, total_ms=total, ops=rows)
+
+
+def _timed(fn, *a, repeats=15) -> float:
+    jax.block_until_ready(fn(*a))
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(fn(*a))
+        times.append(time.perf_counter() - t)
+    return 1e3 * statistics.median(times)
+
+
+def rows_profile(args) -> dict:
+    D, F, L = 768, 2048, 12
+    rng = np.random.default_rng(0)
+    up = [rng.standard_normal((D, F), np.float32) * 0.02 for _ in range(L)]
+    down = [rng.standard_normal((F, D), np.float32) * 0.02 for _ in range(L)]
+    in_out = ([jnp.asarray(w) for w in up], [jnp.asarray(w) for w in down])
+    out_in = ([jnp.asarray(w.T.copy()) for w in up], [jnp.asarray(w.T.copy()) for w in down])
+    nt = (((1,), (1,)), ((), ()))
+
+    @jax.jit
+    def chain_in_out(x, ups, downs):
+        for u, d in zip(ups, downs, strict=True):
+            x = x + jnp.tanh(x @ u) @ d
+        return x
+
+    @jax.jit
+    def chain_out_in(x, ups, downs):
+        for u, d in zip(ups, downs, strict=True):
+            x = x + jax.lax.dot_general(jnp.tanh(jax.lax.dot_general(x, u, nt)), d, nt)
+        return x
+
+    mb = 2 * L * D * F * 4 / 1e6
+    result = dict(weights_mb=mb, rows=[])
+    print(f"{2 * L} projections, {mb:.0f} MB float32; median ms per pass over the chain")
+    print("| rows M | [in, out] ms | [out, in] ms | [in, out] / (M = 1) |")
+    print("| ---: | ---: | ---: | ---: |")
+    base = None
+    for m in (1, 2, 5, 8, 16):
+        x = jnp.ones((m, D), jnp.float32)
+        a, b = _timed(chain_in_out, x, *in_out), _timed(chain_out_in, x, *out_in)
+        base = base or a
+        result["rows"].append(dict(m=m, in_out_ms=a, out_in_ms=b))
+        print(f"| {m} | {a:.1f} | {b:.1f} | {a / base:.2f}x |")
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--what", choices=["step", "rows"], default="step")
+    parser.add_argument(
+        "--method", choices=["autoregressive", "draft_model", "ngram"], default="autoregressive"
+    )
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--new", type=int, default=129)
+    parser.add_argument("--top", type=int, default=10)
+    parser.add_argument("--out", default=None, help="write the result as JSON here")
+    args = parser.parse_args()
+    result = step_profile(args) if args.what == "step" else rows_profile(args)
+    result["command"] = "python experiments/decode_step_profile.py " + " ".join(
+        f"--{k}={v}" for k, v in vars(args).items() if k != "out"
+    )
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
