@@ -5,13 +5,24 @@ kind (dot, ynn_fusion, copy fusions, ...) and prints milliseconds per decode ste
 ~110M Llama of `bench_autoregressive.py` (autoregressive) or, with `--method`, for the random
 8x512 pair of `bench_speculative.py` (draft_model chain N=4 or ngram N=4).
 
-`--what rows`: a chain of 12 (up, down) projection pairs (D=768, F=2048, 302 MB of float32
-weights, more than the caches hold) applied to M = 1, 2, 5, 8, 16 rows, with the weights stored
+`--what cost`: wall milliseconds per decode step (median of 5 calls; a 65-token call minus a
+1-token call, over the steps taken) for autoregressive, draft_model chain N=4 and ngram N=4 on
+that pair at T=0, batch 1: what a speculative step costs in plain steps.
+
+`--what attention`: `attend` (einsum; transposes each layer's cache slice) vs `attend_blockdiag`
+(reads the cache rows as stored, K times the multiply-adds), per layer, for 12 layers of a
+stacked [L, B, S, K, H] cache, at the query-block sizes of decoding and verification. The
+decoder picks `attend_blockdiag` for blocks of up to `BLOCKDIAG_MAX_T` tokens.
+
+`--what rows`: a chain of 12 (up, down) projection pairs (D=768, F=2048, 151 MB of float32
+weights) applied to M = 1, 2, 5, 8, 16 rows, with the weights stored
 [in, out] (specjax's layout) and [out, in]. A verify block of N+1 tokens and a batch of B rows
 are exactly such M-row matmuls, so this prices them against one-row decoding.
 
     python experiments/decode_step_profile.py --what step --batch 1
     python experiments/decode_step_profile.py --what step --method ngram
+    python experiments/decode_step_profile.py --what cost
+    python experiments/decode_step_profile.py --what attention
     python experiments/decode_step_profile.py --what rows
 
 Prints tables; nothing is written unless `--out` is given. Profiling adds overhead, so read the
@@ -58,12 +69,10 @@ def op_breakdown(run) -> collections.Counter:
     return kinds, out
 
 
-def step_profile(args) -> dict:
-    if args.method == "autoregressive":
-        target = sj.Decoder(bench_config(False), seed=0)
-        spec = None
-    else:
-        cfg = sj.ModelConfig(
+def _pair_target() -> sj.Decoder:
+    """The random 8x512 target of bench_speculative.py."""
+    return sj.Decoder(
+        sj.ModelConfig(
             model_type="llama",
             vocab_size=8192,
             hidden_size=512,
@@ -73,19 +82,36 @@ def step_profile(args) -> dict:
             head_dim=64,
             intermediate_size=1376,
             max_position_embeddings=1024,
-        )
-        target = sj.Decoder(cfg, seed=0)
-        spec = {
-            "draft_model": dict(
-                method="draft_model", model=truncated_draft(target, 2), num_speculative_tokens=4
-            ),
-            "ngram": dict(
-                method="ngram", num_speculative_tokens=4, prompt_lookup_max=3, prompt_lookup_min=1
-            ),
-        }[args.method]
-    rng = np.random.default_rng(0)
-    unit = rng.integers(0, target.config.vocab_size, 8)
-    prompts = [np.tile(unit, 4).tolist()] * args.batch
+        ),
+        seed=0,
+    )
+
+
+def _spec(method: str, target: sj.Decoder):
+    return {
+        "autoregressive": None,
+        "draft_model": dict(
+            method="draft_model", model=truncated_draft(target, 2), num_speculative_tokens=4
+        ),
+        "ngram": dict(
+            method="ngram", num_speculative_tokens=4, prompt_lookup_max=3, prompt_lookup_min=1
+        ),
+    }[method]
+
+
+def _prompts(target: sj.Decoder, batch: int) -> list[list[int]]:
+    """32 tokens: a random 8-token unit repeated 4 times (something for ngram to look up)."""
+    unit = np.random.default_rng(0).integers(0, target.config.vocab_size, 8)
+    return [np.tile(unit, 4).tolist()] * batch
+
+
+def step_profile(args) -> dict:
+    if args.method == "autoregressive":
+        target = sj.Decoder(bench_config(False), seed=0)
+    else:
+        target = _pair_target()
+    spec = _spec(args.method, target)
+    prompts = _prompts(target, args.batch)
 
     def run():
         return sj.generate(target, prompts, args.new, stop_token_ids=[], speculative_config=spec)
@@ -100,6 +126,70 @@ def step_profile(args) -> dict:
     for r in rows:
         print(f"| {r['kind']} | {r['ms_per_step']:.3f} | {r['ms_per_step'] / total:.0%} |")
     return dict(method=args.method, batch=args.batch, steps=steps, total_ms=total, ops=rows)
+
+
+def cost_profile(args) -> dict:
+    target = _pair_target()
+    prompts = _prompts(target, 1)
+    result = dict(rows=[])
+    print("| method (8x512 pair, T=0, batch 1) | ms / step | steps | x autoregressive step |")
+    print("| --- | ---: | ---: | ---: |")
+    base = None
+    for method in ("autoregressive", "draft_model", "ngram"):
+        spec = _spec(method, target)
+
+        def call(new, spec=spec):
+            t = time.perf_counter()
+            out = sj.generate(target, prompts, new, stop_token_ids=[], speculative_config=spec)
+            return time.perf_counter() - t, out.stats["steps"]
+
+        call(65), call(1)  # compile both
+        long = statistics.median(call(65)[0] for _ in range(5))
+        short = statistics.median(call(1)[0] for _ in range(5))
+        steps = call(65)[1]
+        ms = 1e3 * (long - short) / steps
+        base = base or ms
+        result["rows"].append(dict(method=method, ms_per_step=ms, steps=steps))
+        print(f"| {method} | {ms:.2f} | {steps} | {ms / base:.2f}x |")
+    return result
+
+
+def _layers(fn):
+    """Attention over each layer of a stacked cache; each layer's query depends on the last."""
+
+    @jax.jit
+    def run(q, k_layers, v_layers, mask):
+        out = jnp.zeros_like(q)
+        for layer in range(k_layers.shape[0]):
+            out = out + fn(q + 0.0 * out, k_layers[layer], v_layers[layer], mask, 0.125)
+        return out
+
+    return run
+
+
+def attention_profile(args) -> dict:
+    from specjax.models.decoder import attend, attend_blockdiag
+
+    L, H = 12, 64
+    shapes = [(1, 1, 256, 12, 12), (1, 2, 256, 12, 12), (1, 4, 256, 12, 12), (1, 8, 256, 12, 12)]
+    shapes += [(1, 16, 256, 12, 12), (8, 1, 256, 12, 12), (1, 1, 2048, 12, 12)]
+    shapes += [(1, 1, 1024, 32, 8), (1, 8, 1024, 32, 8)]
+    result = dict(rows=[])
+    print("| B | T | S | N | K | attend ms/layer | attend_blockdiag ms/layer |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for B, T, S, N, K in shapes:
+        rng = np.random.default_rng(0)
+        q = jnp.asarray(rng.standard_normal((B, T, N, H)), jnp.float32)
+        kc = jnp.asarray(rng.standard_normal((L, B, S, K, H)), jnp.float32)
+        vc = jnp.asarray(rng.standard_normal((L, B, S, K, H)), jnp.float32)
+        visible = np.arange(S)[None, :] < S // 2 + np.arange(T)[:, None]  # [T, S]
+        mask = jnp.asarray(np.broadcast_to(visible, (B, T, S)))
+
+        a = _timed(_layers(attend), q, kc, vc, mask) / L
+        b = _timed(_layers(attend_blockdiag), q, kc, vc, mask) / L
+        result["rows"].append(dict(B=B, T=T, S=S, N=N, K=K, attend_ms=a, blockdiag_ms=b))
+        print(f"| {B} | {T} | {S} | {N} | {K} | {a:.3f} | {b:.3f} |")
+    return result
 
 
 def _timed(fn, *a, repeats=15) -> float:
@@ -150,7 +240,7 @@ def rows_profile(args) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--what", choices=["step", "rows"], default="step")
+    parser.add_argument("--what", choices=["step", "cost", "attention", "rows"], default="step")
     parser.add_argument(
         "--method", choices=["autoregressive", "draft_model", "ngram"], default="autoregressive"
     )
@@ -159,7 +249,12 @@ def main():
     parser.add_argument("--top", type=int, default=10)
     parser.add_argument("--out", default=None, help="write the result as JSON here")
     args = parser.parse_args()
-    result = step_profile(args) if args.what == "step" else rows_profile(args)
+    result = {
+        "step": step_profile,
+        "cost": cost_profile,
+        "attention": attention_profile,
+        "rows": rows_profile,
+    }[args.what](args)
     result["command"] = "python experiments/decode_step_profile.py " + " ".join(
         f"--{k}={v}" for k, v in vars(args).items() if k != "out"
     )
