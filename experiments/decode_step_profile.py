@@ -48,6 +48,7 @@ from bench_autoregressive import bench_config
 
 import specjax as sj
 from specjax.bench.pairs import truncated_draft
+from specjax.models import decoder as decoder_module
 
 
 def op_breakdown(run) -> collections.Counter:
@@ -247,8 +248,17 @@ def main():
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--new", type=int, default=129)
     parser.add_argument("--top", type=int, default=10)
+    parser.add_argument(
+        "--blockdiag-max-t",
+        type=int,
+        default=None,
+        help="override specjax.models.decoder.BLOCKDIAG_MAX_T (blocks up to this many tokens "
+        "use the block-diagonal attention; 0 = never)",
+    )
     parser.add_argument("--out", default=None, help="write the result as JSON here")
     args = parser.parse_args()
+    if args.blockdiag_max_t is not None:
+        decoder_module.BLOCKDIAG_MAX_T = args.blockdiag_max_t
     result = {
         "step": step_profile,
         "cost": cost_profile,
