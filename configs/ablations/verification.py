@@ -8,7 +8,16 @@ equal) are lossless; `typical` (Medusa's typical acceptance) is lossy and runs o
 `allow_lossy=True`, which its point sets.
 
 The bench's method builders forward `bench.verification` and `bench.allow_lossy` into each
-speculative_config. Not measured yet on the trained pair.
+speculative_config.
+
+Measured (2026-11-29, 2-core CPU, ~1 min; a quickstart-shaped trained pair: target 6x384,
+draft 2x128, `--config.bench.target=... --config.bench.draft=...`; experiments/LOG.md):
+
+| verification | tau | speedup vs AR |
+| --- | ---: | ---: |
+| probabilistic | 2.27 | 0.91x |
+| strict | 1.14 | 0.52x |
+| typical (lossy) | 4.67 | 1.62x |
 
 Expected: probabilistic accepts the most of the lossless rules (strict throws away every
 draft the target's own sample disagrees with, so its tau is lower); typical accepts more
