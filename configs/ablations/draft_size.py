@@ -15,7 +15,18 @@ Measured (the quickstart's target; 2-core x86 VM, idle; ~1 min a point for the s
   2x128         3.78        0.10   2.91             ~1.1x   (the quickstart's own draft)
 At this training budget shallow drafts are further along than deep ones (the target, 6x384,
 is at 4.16), so eval loss is not what predicts agreement; a cheaper draft (lower c) pays
-about as well as a better-agreeing one. The larger points (4x128, 2x256) are not measured.
+about as well as a better-agreeing one.
+
+All five points against another trained 6x384 target (an earlier quickstart run's, passed
+with `--config.target_path=<its HF dir>`; ~8 min for the sweep; experiments/LOG.md):
+  draft         eval loss   c      tau (N=4, T=0)   speedup
+  1x64          3.85        0.04   1.78             0.88x
+  1x128         3.59        0.07   1.61             0.76x
+  2x128         3.78        0.11   1.82             0.81x
+  4x128         3.97        0.21   1.95             0.65x
+  2x256         3.94        0.23   1.73             0.51x
+The two larger drafts are undertrained at 400 steps (higher eval loss) and cost twice as
+much per token, so they lose; tau barely moves with the draft's size at this budget.
 """
 
 from configs import quickstart
