@@ -168,8 +168,22 @@ def build_plan(raw: dict, model, sampling) -> tuple[SpecPlan, Any]:
     if cfg.method == "draft_model":
         draft = _resolve_draft(raw["model"])
         check_vocabularies(model, draft)
+        check_draft_window(draft, cfg)
     proposer, params = proposer_cls.build(cfg, draft)
     return SpecPlan(cfg, proposer), params
+
+
+def check_draft_window(draft, cfg) -> None:
+    """A tree is drafted level by level into the draft's cache; its earlier levels' keys then sit
+    at slot indices past their positions, which only a sliding window shorter than the tree's
+    depth could tell apart (keys within the window would be counted as outside it or vice
+    versa). Refuse that case rather than draft with a wrong mask."""
+    window, depth = draft.config.sliding_window, cfg.tree.max_depth
+    if window is not None and not cfg.is_chain and window <= depth:
+        raise ValueError(
+            f"the draft model's sliding_window={window} must exceed the draft tree's depth "
+            f"{depth} (speculative_config['draft_tree']); use a chain or a shallower tree"
+        )
 
 
 def check_draft_positions(plan: SpecPlan, longest_prompt: int, max_new_tokens: int) -> None:

@@ -9,6 +9,7 @@ import pytest
 import specjax as sj
 from specjax.decoding import engine, spec_config
 from specjax.decoding.speculative import build_plan
+from specjax.io.hf import as_model
 from specjax.io.tokenizer import train_bpe
 
 PROMPT = [[1, 2, 3, 4]]
@@ -211,3 +212,21 @@ def test_draft_tree_refused_for_ngram(target):
     _refused(
         target, cfg, ValueError, r"\['draft_tree'\] is only supported for method='draft_model'"
     )
+
+
+def test_draft_window_shorter_than_the_tree_is_refused(target):
+    """A tree's earlier levels sit in the draft's cache at slots past their positions; only a
+    window shorter than the tree's depth could tell, so that case is refused, a chain is not."""
+    mistral = sj.Decoder(target.config.replace(model_type="mistral", sliding_window=2), seed=1)
+    _refused(
+        target,
+        _draft(mistral, draft_tree={"depth": 3, "width": 2}),
+        ValueError,
+        r"sliding_window=2 must exceed the draft tree's depth 3",
+    )
+    model = as_model(target)
+    plan, _ = build_plan(_draft(mistral), model, None)  # a chain with the same window: fine
+    assert plan.config.is_chain
+    wide = sj.Decoder(target.config.replace(model_type="mistral", sliding_window=4), seed=1)
+    plan, _ = build_plan(_draft(wide, draft_tree={"depth": 3, "width": 2}), model, None)
+    assert plan.config.tree.max_depth == 3 and not plan.config.is_chain
