@@ -333,7 +333,12 @@ def generate(
         (see `specjax.decoding.spec_config`).
       seeds: optional per-row seeds (overrides sampling.seed row by row).
     Returns:
-      GenerateOutput(tokens, texts, stats).
+      GenerateOutput(tokens, texts, stats). stats: method, steps, row_steps, generated_tokens,
+      draft_tokens / accepted_tokens (and per row), mean_accepted_length (tau: tokens per
+      target call) and acceptance_rate; speculative runs add, per draft position i = 1..Dmax,
+      offered_by_position (steps that offered i), reached_by_position (of those, steps that
+      had accepted i - 1), accepted_by_position (steps that accepted >= i) and the rates
+      acceptance_by_position and conditional_acceptance_by_position (`acceptance_rates`).
     """
     model, rows, static, params, args = _setup(
         model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds
