@@ -27,6 +27,9 @@ CPU, nothing else running (load average ~1.5, i.e. this run):
            every method runs at 0.5-1.0x: a speculative step costs ~3.5 autoregressive
            steps on this CPU, so tau ~2.5 does not pay. With other jobs sharing the two
            cores (load average ~7) the same run took 44 min and timings spread by ~20%.
+           Re-run on a fresh clone after the decode-step changes (README command, pip
+           included): 10.8 min, same models, decode 2.03 vs 0.22 ms/token, same speedups
+           within 0.05x (BENCHMARKS.md, "Quickstart").
   tiny     41 s wall (~1.5-2 min on the loaded box). 2x64 target and 1x32 draft, 40 steps
            each on 100k characters a category, 16-token generations at T=0 and T=1: checks
            that every stage runs and that the numbers are sane (tau >= 1); its speedups are
