@@ -40,8 +40,9 @@ from specjax.models import config_to_hf
 RESULTS = Path(__file__).parent / "results"
 
 
-def bench_config(quick: bool) -> sj.ModelConfig:
+def bench_config(quick: bool, dtype: str = "float32") -> sj.ModelConfig:
     return sj.ModelConfig(
+        dtype=dtype,
         model_type="llama",
         vocab_size=32000,
         hidden_size=768,
@@ -70,7 +71,12 @@ def memory_bandwidth(num_bytes: int = 1 << 29, repeats: int = 7) -> float:
 def torch_model(decoder: sj.Decoder) -> torch.nn.Module:
     hf_config = transformers.AutoConfig.for_model(**config_to_hf(decoder.config))
     model = transformers.AutoModelForCausalLM.from_config(hf_config).eval()
-    state = {k: torch.tensor(v) for k, v in export_state(decoder).items()}
+    model = model.to(getattr(torch, decoder.config.dtype))
+    dtype = getattr(torch, decoder.config.dtype)
+    state = {
+        k: torch.tensor(np.asarray(v, np.float32)).to(dtype)
+        for k, v in export_state(decoder).items()
+    }
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected and all("lm_head" in k for k in missing), (missing, unexpected)
     model.tie_weights()
@@ -186,13 +192,16 @@ def main():
     parser.add_argument("--new", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="2 layers, for a smoke test")
+    parser.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16"], help="both sides"
+    )
     parser.add_argument("--out", default=str(RESULTS / "bench_autoregressive.json"))
     args = parser.parse_args()
 
-    config = bench_config(args.quick)
+    config = bench_config(args.quick, args.dtype)
     decoder = sj.Decoder(config, seed=0)
     model = torch_model(decoder)
-    weight_bytes = config.num_params() * 4  # float32
+    weight_bytes = config.num_params() * jax.numpy.dtype(args.dtype).itemsize
     bandwidth = memory_bandwidth()
     result = dict(
         command="python " + " ".join(sys.argv),
