@@ -81,6 +81,14 @@ def test_row_alone_equals_row_in_batch(target, partial, prompts, method):
         assert alone.tokens[0] == batch.tokens[i], f"row {i}"
         assert alone.stats["row_accepted_tokens"][0] == batch.stats["row_accepted_tokens"][i]
         assert alone.stats["row_steps"][0] == batch.stats["row_steps"][i]
+    # A chain offers position i exactly when its i-th draft token is valid (ngram: matched, and
+    # within the budget), so the per-position counts sum to the drafted tokens, which the engine
+    # counts separately, row by row.
+    if method != "tree":
+        stats = batch.stats
+        assert sum(stats["offered_by_position"]) == stats["draft_tokens"] > 0
+        offered = np.asarray(stats["offered_by_position"])
+        assert np.all(np.diff(offered) <= 0)
 
 
 # ---------------------------------------------------------------------------- compile gate
