@@ -9,6 +9,11 @@ kind (dot, ynn_fusion, copy fusions, ...) and prints milliseconds per decode ste
 1-token call, over the steps taken) for autoregressive, draft_model chain N=4 and ngram N=4 on
 that pair at T=0, batch 1: what a speculative step costs in plain steps.
 
+`--what ar-step`: the same wall-clock per-step timing for the ~110M Llama of
+`bench_autoregressive.py`, autoregressive, at `--batch` (32-token random prompts, `--new`
+tokens): what a decode-step change buys, without transformers in the loop. Run it under
+`XLA_FLAGS=...` or `taskset` to price a flag.
+
 `--what attention`: `attend` (einsum; transposes each layer's cache slice) vs `attend_blockdiag`
 (reads the cache rows as stored, K times the multiply-adds), per layer, for 12 layers of a
 stacked [L, B, S, K, H] cache, at the query-block sizes of decoding and verification. The
@@ -22,6 +27,7 @@ are exactly such M-row matmuls, so this prices them against one-row decoding.
     python experiments/decode_step_profile.py --what step --batch 1
     python experiments/decode_step_profile.py --what step --method ngram
     python experiments/decode_step_profile.py --what cost
+    python experiments/decode_step_profile.py --what ar-step --batch 8
     python experiments/decode_step_profile.py --what attention
     python experiments/decode_step_profile.py --what rows
 
@@ -41,6 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import bench_speculative
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -72,20 +79,7 @@ def op_breakdown(run) -> collections.Counter:
 
 def _pair_target() -> sj.Decoder:
     """The random 8x512 target of bench_speculative.py."""
-    return sj.Decoder(
-        sj.ModelConfig(
-            model_type="llama",
-            vocab_size=8192,
-            hidden_size=512,
-            num_layers=8,
-            num_heads=8,
-            num_kv_heads=8,
-            head_dim=64,
-            intermediate_size=1376,
-            max_position_embeddings=1024,
-        ),
-        seed=0,
-    )
+    return sj.Decoder(bench_speculative.target_config(False), seed=0)
 
 
 def _spec(method: str, target: sj.Decoder):
@@ -101,9 +95,8 @@ def _spec(method: str, target: sj.Decoder):
 
 
 def _prompts(target: sj.Decoder, batch: int) -> list[list[int]]:
-    """32 tokens: a random 8-token unit repeated 4 times (something for ngram to look up)."""
-    unit = np.random.default_rng(0).integers(0, target.config.vocab_size, 8)
-    return [np.tile(unit, 4).tolist()] * batch
+    """bench_speculative.py's first prompt (an 8-token unit repeated 4 times), `batch` times."""
+    return bench_speculative.prompts(1, target.config.vocab_size) * batch
 
 
 def step_profile(args) -> dict:
@@ -129,6 +122,22 @@ def step_profile(args) -> dict:
     return dict(method=args.method, batch=args.batch, steps=steps, total_ms=total, ops=rows)
 
 
+def ms_per_step(target, prompts, spec, new: int) -> tuple[float, int]:
+    """Wall ms per decode step: median of 5 `new`-token calls minus median of 5 1-token calls
+    (prefill and host work cancel), over the steps the long call took. Both compile first."""
+
+    def call(n):
+        t = time.perf_counter()
+        out = sj.generate(target, prompts, n, stop_token_ids=[], speculative_config=spec)
+        return time.perf_counter() - t, out.stats["steps"]
+
+    call(new), call(1)
+    long = statistics.median(call(new)[0] for _ in range(5))
+    short = statistics.median(call(1)[0] for _ in range(5))
+    steps = call(new)[1]
+    return 1e3 * (long - short) / steps, steps
+
+
 def cost_profile(args) -> dict:
     target = _pair_target()
     prompts = _prompts(target, 1)
@@ -137,22 +146,19 @@ def cost_profile(args) -> dict:
     print("| --- | ---: | ---: | ---: |")
     base = None
     for method in ("autoregressive", "draft_model", "ngram"):
-        spec = _spec(method, target)
-
-        def call(new, spec=spec):
-            t = time.perf_counter()
-            out = sj.generate(target, prompts, new, stop_token_ids=[], speculative_config=spec)
-            return time.perf_counter() - t, out.stats["steps"]
-
-        call(65), call(1)  # compile both
-        long = statistics.median(call(65)[0] for _ in range(5))
-        short = statistics.median(call(1)[0] for _ in range(5))
-        steps = call(65)[1]
-        ms = 1e3 * (long - short) / steps
+        ms, steps = ms_per_step(target, prompts, _spec(method, target), 65)
         base = base or ms
         result["rows"].append(dict(method=method, ms_per_step=ms, steps=steps))
         print(f"| {method} | {ms:.2f} | {steps} | {ms / base:.2f}x |")
     return result
+
+
+def ar_step_profile(args) -> dict:
+    target = sj.Decoder(bench_config(False), seed=0)
+    prompts = np.random.default_rng(0).integers(0, target.config.vocab_size, (args.batch, 32))
+    ms, steps = ms_per_step(target, prompts.tolist(), None, args.new)
+    print(f"110M Llama, batch {args.batch}: {ms:.2f} ms per autoregressive step ({steps} steps)")
+    return dict(batch=args.batch, ms_per_step=ms, steps=steps)
 
 
 def _layers(fn):
@@ -241,7 +247,9 @@ def rows_profile(args) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--what", choices=["step", "cost", "attention", "rows"], default="step")
+    parser.add_argument(
+        "--what", choices=["step", "cost", "ar-step", "attention", "rows"], default="step"
+    )
     parser.add_argument(
         "--method", choices=["autoregressive", "draft_model", "ngram"], default="autoregressive"
     )
@@ -262,6 +270,7 @@ def main():
     result = {
         "step": step_profile,
         "cost": cost_profile,
+        "ar-step": ar_step_profile,
         "attention": attention_profile,
         "rows": rows_profile,
     }[args.what](args)
