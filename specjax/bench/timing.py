@@ -110,10 +110,7 @@ def pool_stats(stats_list: list[dict]) -> dict:
             if with_positions
             else []
         )
-    if with_positions:
-        pooled.update(acceptance_rates(pooled))
-    else:
-        pooled.update(acceptance_by_position=[], conditional_acceptance_by_position=[])
+    pooled.update(acceptance_rates(pooled))  # empty lists without positions (autoregressive)
     return pooled
 
 

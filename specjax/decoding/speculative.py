@@ -93,9 +93,10 @@ def speculative_step(static, params, state):
     drafted = jnp.sum(valid[:, 1:], axis=1).astype(jnp.int32)  # [B]
     a = result.num_accepted
     hist = jax.nn.one_hot(a, plan.max_emit, dtype=jnp.int32) * active[:, None]  # [B, M]
-    at_depth = depth[:, None] == jnp.arange(plan.max_emit)[None, :]  # [P+1, M]
+    position = jnp.arange(plan.max_emit)  # [M] draft position i (0: the root)
+    at_depth = depth[:, None] == position[None, :]  # [P+1, M]
     offered = jnp.any(valid[:, :, None] & at_depth[None], axis=1) & active[:, None]  # [B, M]
-    reached = offered & (a[:, None] >= jnp.arange(plan.max_emit)[None, :] - 1)  # [B, M]
+    reached = offered & (a[:, None] >= position[None, :] - 1)  # [B, M]
     act = active.astype(jnp.int32)
     state = state.replace(
         cache=cache,

@@ -77,6 +77,13 @@ def apply_rope(x, cos, sin):
     return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).astype(x.dtype)
 
 
+def _visible_values(v, mask):
+    """v [B, S, K, H] with every slot no query may see (mask [B, T, S]) zeroed: such a slot can
+    hold anything (stale, poisoned, NaN), and a zero attention weight times NaN is still NaN."""
+    visible = jnp.any(mask, axis=1)  # [B, S]
+    return jnp.where(visible[:, :, None, None], v, jnp.zeros((), v.dtype))
+
+
 def attend(q, k, v, mask, scale):
     """Grouped-query attention over all cache slots, masked by index.
 
@@ -92,10 +99,7 @@ def attend(q, k, v, mask, scale):
     scores = jnp.einsum("btkgh,bskh->bkgts", q, k, preferred_element_type=jnp.float32) * scale
     scores = jnp.where(mask[:, None, None], scores, MASKED)  # [B, K, G, T, S]
     probs = jax.nn.softmax(scores, axis=-1)  # [B, K, G, T, S]
-    # A slot nobody may see can hold anything (stale, poisoned, NaN): zero it so 0 * NaN cannot leak.
-    visible = jnp.any(mask, axis=1)  # [B, S]
-    v = jnp.where(visible[:, :, None, None], v, jnp.zeros((), v.dtype))  # [B, S, K, H]
-    out = jnp.einsum("bkgts,bskh->btkgh", probs.astype(v.dtype), v)  # [B, T, K, G, H]
+    out = jnp.einsum("bkgts,bskh->btkgh", probs.astype(v.dtype), _visible_values(v, mask))
     return out.reshape(B, T, N, H)
 
 
@@ -119,9 +123,8 @@ def attend_blockdiag(q, k, v, mask, scale):
     scores = scores.reshape(B, T, N, S)
     scores = jnp.where(mask[:, :, None], scores, MASKED)  # [B, T, N, S]
     probs = jax.nn.softmax(scores, axis=-1).reshape(B, T * N, S)
-    visible = jnp.any(mask, axis=1)  # [B, S]
-    v = jnp.where(visible[:, :, None, None], v, jnp.zeros((), v.dtype))  # [B, S, K, H]
-    out = jnp.einsum("bms,bsc->bmc", probs.astype(v.dtype), v.reshape(B, S, K * H))
+    v = _visible_values(v, mask).reshape(B, S, K * H)
+    out = jnp.einsum("bms,bsc->bmc", probs.astype(v.dtype), v)
     out = jnp.einsum("btkgjh,kj->btkgh", out.reshape(B, T, K, G, K, H), eye)  # [B, T, K, G, H]
     return out.reshape(B, T, N, H)
 
