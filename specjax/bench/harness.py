@@ -28,8 +28,8 @@ from tqdm.auto import tqdm
 from specjax import picker
 from specjax.bench import methods as mt
 from specjax.bench import plots, report, timing
-from specjax.decoding.speculative import check_vocabularies
-from specjax.io.hf import Model, as_model, load_model
+from specjax.io.hf import load_model
+from specjax.models import Model, as_model, check_same_vocabulary
 from specjax.train import data
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def resolve_models(cfg, target=None, draft=None) -> tuple[Model, Model | None, M
     if draft is None:
         return target, None, None
     draft = as_model(draft)
-    check_vocabularies(target, draft)
+    check_same_vocabulary(target, draft)
     return target, draft, Model(draft.module, None, draft.source)
 
 

@@ -14,8 +14,8 @@ import dataclasses
 
 from flax import nnx
 
-from specjax.io.hf import Model, as_model, export_state, load_state
-from specjax.models import Decoder, hf_param_names
+from specjax.io.hf import export_state, load_state
+from specjax.models import Decoder, Model, as_model, hf_param_names
 
 
 def truncated_draft(target, num_layers: int) -> Model:

@@ -14,19 +14,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterator
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx, struct
+from flax import nnx
 
 from specjax import sampling as sp
-from specjax.cache import KVCache
+from specjax.cache import KVCache, check_room
 from specjax.decoding import prompts as pr
-from specjax.io.hf import Model, as_model
+from specjax.decoding.speculative import build_plan, speculative_step
+from specjax.decoding.state import MAX_STOP_IDS, DecodeState, Static, emit, target_module
+from specjax.models import Model, as_model
 
-MAX_STOP_IDS = 16  # stop ids travel as a padded array of this size (data, not a static arg)
 _TRACES: dict[str, int] = {"generate": 0}
 
 
@@ -35,95 +35,27 @@ def trace_count(kind: str = "generate") -> int:
     return _TRACES.get(kind, 0)
 
 
-@struct.dataclass
-class DecodeState:
-    """Everything the while_loop carries. O = output buffer length; M = max tokens per step."""
-
-    cache: KVCache  # the target's cache
-    proposer: Any  # the proposer's own state (draft cache, ...); () for autoregressive
-    last: jax.Array  # [B] int32 pending token: emitted, not yet in the target's cache
-    out: jax.Array  # [B, O] int32 emitted tokens
-    num_out: jax.Array  # [B] int32
-    done: jax.Array  # [B] bool
-    max_new: jax.Array  # [B] int32 per-row budget
-    stop_ids: jax.Array  # [MAX_STOP_IDS] int32, -1 = unused
-    keys: jax.Array  # [B] PRNG keys, one stream per row
-    step: jax.Array  # [] int32 loop iteration (keys fold it in)
-    steps: jax.Array  # [B] int32 steps taken while the row was active
-    drafted: jax.Array  # [B] int32 draft tokens offered to the verifier
-    accepted: jax.Array  # [B] int32 draft tokens accepted
-    accept_hist: jax.Array  # [B, M] int32 histogram of accepted drafts per step (0..M-1)
-    # Per draft position i = 1..M-1 (index 0 unused): active steps that offered position i (the
-    # budget can mask the deeper ones), and those that also accepted >= i - 1 drafts.
-    offered: jax.Array  # [B, M] int32
-    reached: jax.Array  # [B, M] int32
-
-
-@dataclasses.dataclass(frozen=True)
-class Static:
-    """Hashable knobs fixed per compiled program."""
-
-    graphdef: Any
-    sampling: sp.SamplingParams  # seed zeroed: seeds are data
-    cache_len: int  # S
-    out_len: int  # O
-    max_positions: int
-    spec: Any = None  # SpecPlan or None (autoregressive)
-
-
-# ---------------------------------------------------------------------------- step pieces
-
-
-def emit(state: DecodeState, tokens, count, *, new_last=None) -> DecodeState:
-    """Append `count[b]` tokens to each active row, stopping at a stop id or the budget.
-
-    Args:
-      tokens: [B, M] int32 candidate tokens in order; count: [B] int32 (1..M) how many are real.
-    """
-    B, M = tokens.shape
-    idx = jnp.arange(M, dtype=jnp.int32)  # [M]
-    is_stop = jnp.any(tokens[:, :, None] == state.stop_ids[None, None, :], axis=-1)  # [B, M]
-    is_stop &= idx[None, :] < count[:, None]
-    first_stop = jnp.where(jnp.any(is_stop, axis=1), jnp.argmax(is_stop, axis=1), M)  # [B]
-    room = state.max_new - state.num_out  # [B]
-    n = jnp.minimum(jnp.minimum(count, first_stop + 1), room)  # [B]
-    n = jnp.where(state.done, 0, n)  # frozen rows take nothing
-    write = jax.vmap(lambda buf, x, at: jax.lax.dynamic_update_slice(buf, x, (at,)))
-    out = write(state.out, tokens, state.num_out)  # [B, O]
-    # Rows that take nothing keep their buffer untouched.
-    out = jnp.where((n > 0)[:, None], out, state.out)
-    num_out = state.num_out + n
-    hit_stop = (first_stop < count) & (first_stop + 1 <= n)
-    done = state.done | hit_stop | (num_out >= state.max_new)
-    last_tok = jnp.take_along_axis(tokens, jnp.maximum(n - 1, 0)[:, None], axis=1)[:, 0]  # [B]
-    last = jnp.where(n > 0, last_tok if new_last is None else new_last, state.last)
-    return state.replace(out=out, num_out=num_out, done=done, last=last)
-
-
-def _model(static: Static, params):
-    """params = (target params, proposer params); the proposer's are () for autoregressive."""
-    return nnx.merge(static.graphdef, params[0])
-
-
 def prefill(static: Static, params, prompt, prompt_len, max_new, stop_ids, keys) -> DecodeState:
     """Run the prompts through the target and emit each row's first token.
 
     Args:
       prompt: [B, Tp] int32 right-padded; prompt_len: [B] int32 (0 marks a padding row).
     """
-    model = _model(static, params)
+    model = target_module(static, params)
+    spec = static.spec
     B, Tp = prompt.shape
     cache = KVCache.for_model(model.config, B, static.cache_len)
     positions = jnp.minimum(
         jnp.broadcast_to(jnp.arange(Tp, dtype=jnp.int32), (B, Tp)), static.max_positions - 1
     )  # [B, Tp]; padding positions clipped
     last_idx = jnp.maximum(prompt_len - 1, 0)[:, None]  # [B, 1]
-    out = model(prompt, positions, cache, logit_index=last_idx)
+    taps = () if spec is None else spec.proposer.tap_layers
+    out = model(prompt, positions, cache, logit_index=last_idx, tap_layers=taps)
     cache = out.cache.replace(lengths=prompt_len.astype(jnp.int32))
     first = jax.vmap(lambda k, lg: sp.sample(k, lg, static.sampling))(
         sp.step_key(keys, 0), out.logits[:, 0]
     )  # [B]
-    M = 1 if static.spec is None else static.spec.max_emit
+    M = 1 if spec is None else spec.max_emit
     state = DecodeState(
         cache=cache,
         proposer=(),
@@ -142,16 +74,15 @@ def prefill(static: Static, params, prompt, prompt_len, max_new, stop_ids, keys)
         offered=jnp.zeros((B, M), jnp.int32),
         reached=jnp.zeros((B, M), jnp.int32),
     )
-    if static.spec is not None:
-        state = state.replace(
-            proposer=static.spec.init(static, params, state, prompt, prompt_len, out)
-        )
+    if spec is not None:
+        pstate = spec.proposer.init(static.context, model, params[1], prompt, prompt_len, out)
+        state = state.replace(proposer=pstate)
     return emit(state, first[:, None], jnp.ones((B,), jnp.int32))
 
 
 def autoregressive_step(static: Static, params, state: DecodeState) -> DecodeState:
     """One target forward over the pending token, then one sampled token per active row."""
-    model = _model(static, params)
+    model = target_module(static, params)
     B = state.last.shape[0]
     positions = state.cache.lengths[:, None]  # [B, 1]
     out = model(state.last[:, None], positions, state.cache)
@@ -168,9 +99,7 @@ def autoregressive_step(static: Static, params, state: DecodeState) -> DecodeSta
 
 
 def _step_fn(static: Static):
-    if static.spec is None:
-        return autoregressive_step
-    return static.spec.step
+    return autoregressive_step if static.spec is None else speculative_step
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -210,6 +139,7 @@ def _stats(state: DecodeState, rows: int, spec) -> dict:
     total_steps = int(steps.sum())
     stats = {
         "method": "autoregressive" if spec is None else spec.config.method,
+        "lossy": spec is not None and spec.lossy,
         "steps": int(np.asarray(state.step)) - 1,
         "row_steps": steps.tolist(),
         "generated_tokens": np.asarray(state.num_out)[:rows].tolist(),
@@ -263,13 +193,14 @@ def _prepare(model: Model, prompts, max_new_tokens, sampling, stop_token_ids, se
     if not isinstance(sampling, sp.SamplingParams):
         raise TypeError(f"sampling must be a specjax SamplingParams, got {type(sampling).__name__}")
     sampling.check_vocab(config.vocab_size)
-    headroom = 0 if spec is None else spec.max_emit
     longest = max(len(r) for r in rows)
     pr.check_positions(longest, max_new_tokens, config.max_position_embeddings)
     if spec is not None:
-        from specjax.decoding.speculative import check_draft_positions
-
-        check_draft_positions(spec, longest, max_new_tokens)
+        spec.check_positions(longest, max_new_tokens)
+    # Every forward writes its whole block (all nodes, rejected ones included) after a row's
+    # committed length, so the caches get that many slots of room past the two buckets.
+    block = 1 if spec is None else spec.block_nodes
+    emit_max = 1 if spec is None else spec.max_emit
     stops = pr.resolve_stop_ids(stop_token_ids, model, MAX_STOP_IDS)
     B, Tp, O = _bucket(len(rows), 1), _bucket(longest, 16), _bucket(max_new_tokens, 16)
     prompt = np.zeros((B, Tp), np.int32)
@@ -278,16 +209,20 @@ def _prepare(model: Model, prompts, max_new_tokens, sampling, stop_token_ids, se
         prompt[b, : len(r)] = r
         prompt_len[b] = len(r)
     max_new = np.full((B,), max_new_tokens, np.int32)
+    if seeds is not None and len(seeds) != len(rows):
+        raise ValueError(f"seeds has {len(seeds)} entries for {len(rows)} prompts")
     keys = sp.row_keys(
         sampling.seed, B, None if seeds is None else list(seeds) + [0] * (B - len(rows))
     )
-    if seeds is not None and len(seeds) != len(rows):
-        raise ValueError(f"seeds has {len(seeds)} entries for {len(rows)} prompts")
+    # A step runs while num_out <= max_new - 1, so the committed length is at most
+    # prompt + max_new - 2 <= Tp + O - 2 and the block's last slot must still fit.
+    cache_len = Tp + O + block - 1
+    check_room(prompt_len + max_new_tokens - 2, block, cache_len, "KV cache")
     static = Static(
         graphdef=None,
         sampling=dataclasses.replace(sampling, seed=0),
-        cache_len=Tp + O + headroom,
-        out_len=O + headroom,
+        cache_len=cache_len,
+        out_len=O + emit_max,
         max_positions=config.max_position_embeddings,
         spec=spec,
     )
@@ -330,7 +265,8 @@ def generate(
       sampling: SamplingParams; default greedy.
       stop_token_ids: None = the model's EOS ids; [] disables stopping; or a list of ids.
       speculative_config: None (autoregressive) or a dict in vLLM's key names
-        (see `specjax.decoding.spec_config`).
+        (see `specjax.decoding.spec_config`); its `model` is a loaded Model, Decoder or heads
+        (`specjax.generate` also takes a checkpoint path there).
       seeds: optional per-row seeds (overrides sampling.seed row by row).
     Returns:
       GenerateOutput(tokens, texts, stats). stats: method, steps, row_steps, generated_tokens,
@@ -338,7 +274,8 @@ def generate(
       target call) and acceptance_rate; speculative runs add, per draft position i = 1..Dmax,
       offered_by_position (steps that offered i), reached_by_position (of those, steps that
       had accepted i - 1), accepted_by_position (steps that accepted >= i) and the rates
-      acceptance_by_position and conditional_acceptance_by_position (`acceptance_rates`).
+      acceptance_by_position and conditional_acceptance_by_position (`acceptance_rates`),
+      and `lossy` (True only for a lossy verification rule such as Medusa's typical).
     """
     model, rows, static, params, args = _setup(
         model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds
@@ -352,8 +289,6 @@ def _setup(model, prompts, max_new_tokens, sampling, stop_token_ids, speculative
     model = as_model(model)
     spec, spec_params = None, ()
     if speculative_config is not None:
-        from specjax.decoding.speculative import build_plan
-
         spec, spec_params = build_plan(speculative_config, model, sampling)
     rows, static, args = _prepare(
         model, prompts, max_new_tokens, sampling, stop_token_ids, seeds, spec

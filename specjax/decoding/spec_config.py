@@ -5,6 +5,8 @@
      "draft_tree": {"depth": 3, "width": 2}}
     {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1,
      "prompt_lookup_max": 3}
+    {"method": "medusa", "model": heads, "num_speculative_tokens": 4,
+     "draft_tree": "mc_sim_7b_63"}
 
 Keys shared with vLLM's `--speculative-config`: method, model, num_speculative_tokens,
 prompt_lookup_min, prompt_lookup_max. specjax's own: verification, allow_lossy, draft_tree,
@@ -20,7 +22,11 @@ import numbers
 from specjax.decoding import trees
 
 METHODS = ("draft_model", "ngram", "medusa", "eagle", "eagle3", "lookahead")
-IMPLEMENTED = ("draft_model", "ngram")
+IMPLEMENTED = ("draft_model", "ngram", "medusa")
+# Methods whose `model` is required, and those whose drafts are sampled (not deterministic).
+NEEDS_MODEL = ("draft_model", "medusa")
+SAMPLED_DRAFTS = ("draft_model",)
+TREE_METHODS = ("draft_model", "medusa")
 VERIFICATIONS = ("auto", "greedy", "probabilistic", "one_hot", "strict", "typical")
 MAX_SPECULATIVE_TOKENS = 16  # longest chain / deepest tree; also the cache head-room per step
 KEYS = (
@@ -118,10 +124,11 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
             f"(1..{MAX_SPECULATIVE_TOKENS})"
         )
     k = _int("num_speculative_tokens", raw["num_speculative_tokens"], 1, MAX_SPECULATIVE_TOKENS)
-    if method == "draft_model" and raw.get("model") is None:
+    if method in NEEDS_MODEL and raw.get("model") is None:
+        what = "a specjax Model" if method == "draft_model" else "draft heads (sj.load_draft)"
         raise ValueError(
-            "speculative_config['model'] is required for method='draft_model' "
-            "(a specjax Model or a checkpoint directory)"
+            f"speculative_config['model'] is required for method={method!r} "
+            f"({what} or a checkpoint directory)"
         )
     if method == "ngram" and raw.get("model") is not None:
         raise ValueError("speculative_config['model'] must be unset for method='ngram'")
@@ -131,12 +138,17 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
         raise ValueError(
             f"speculative_config['prompt_lookup_min']={lo} must be <= prompt_lookup_max={hi}"
         )
-    if method != "draft_model" and raw.get("draft_tree") is not None:
+    if method not in TREE_METHODS and raw.get("draft_tree") is not None:
         raise ValueError(
-            f"speculative_config['draft_tree'] is only supported for method="
-            f"'draft_model', not {method!r}"
+            f"speculative_config['draft_tree'] is only supported for methods {TREE_METHODS}, "
+            f"not {method!r}"
         )
     tree = _tree(raw, k)
+    if method == "medusa" and tree.max_depth > k:
+        raise ValueError(
+            f"speculative_config['draft_tree'] has depth {tree.max_depth}, deeper than "
+            f"num_speculative_tokens={k} (the Medusa heads used: head d drafts depth d + 1)"
+        )
     allow_lossy = raw.get("allow_lossy", False)
     if not isinstance(allow_lossy, bool):
         raise ValueError(f"speculative_config['allow_lossy']={allow_lossy!r} must be True or False")
@@ -145,7 +157,7 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
         raise ValueError(
             f"speculative_config['verification']={mode!r} is invalid; allowed: {VERIFICATIONS}"
         )
-    deterministic = method != "draft_model"
+    deterministic = method not in SAMPLED_DRAFTS
     if mode == "auto":
         mode = "greedy" if temperature == 0 else ("one_hot" if deterministic else "probabilistic")
     if mode == "greedy" and temperature != 0:

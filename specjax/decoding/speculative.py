@@ -1,15 +1,15 @@
 """The speculative step: propose -> verify (one target forward over the block) -> commit.
 
-`build_plan` validates a speculative_config, loads/checks the draft and returns a hashable
+`build_plan` validates a speculative_config whose `model` is already resolved (a Model,
+Decoder or draft heads; `specjax.api` turns paths into those) and returns a hashable
 `SpecPlan` (a static jit argument) plus the proposer's parameters (data). The engine's
-while_loop calls `SpecPlan.step` once per iteration; every method shares it, and differs only
+while_loop calls `speculative_step` once per iteration; every method shares it and differs only
 in its proposer (`specjax/decoding/proposers/`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +17,9 @@ import jax.numpy as jnp
 from specjax import sampling as sp
 from specjax.decoding import spec_config
 from specjax.decoding.proposers import PROPOSERS
-from specjax.decoding.verify import verify
+from specjax.decoding.proposers.base import Proposer, StepInput
+from specjax.decoding.state import DecodeState, Static, emit, target_module
+from specjax.decoding.verify import LOSSY_MODES, verify
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +27,7 @@ class SpecPlan:
     """Static description of one speculative method instance."""
 
     config: spec_config.SpecConfig
-    proposer: Any  # a hashable proposer (see proposers/base.py)
+    proposer: Proposer
 
     @property
     def tree(self):
@@ -36,28 +38,40 @@ class SpecPlan:
         """M: the most tokens one step can emit (Dmax accepted drafts + 1)."""
         return self.config.tree.max_depth + 1
 
-    def init(self, static, params, state, prompt, prompt_len, target_out):
-        return self.proposer.init(static, params[1], state, prompt, prompt_len, target_out)
+    @property
+    def block_nodes(self) -> int:
+        """Nodes one verify forward writes into the caches (root + P drafts)."""
+        return self.config.tree.num_nodes
 
-    def step(self, static, params, state):
-        return speculative_step(static, params, state)
+    @property
+    def lossy(self) -> bool:
+        return self.config.verification in LOSSY_MODES
+
+    def check_positions(self, longest_prompt: int, max_new_tokens: int) -> None:
+        """The proposer's own position limit (a draft model's), checked on the host."""
+        limit = self.proposer.max_positions
+        if limit is not None and longest_prompt + max_new_tokens > limit:
+            raise ValueError(
+                f"prompt length {longest_prompt} + max_new_tokens={max_new_tokens} exceeds "
+                f"the draft model's max_position_embeddings={limit}"
+            )
 
 
-def speculative_step(static, params, state):
+def speculative_step(static: Static, params, state: DecodeState) -> DecodeState:
     """One propose/verify/commit iteration for every row (frozen rows change nothing)."""
-    from specjax.decoding.engine import _model  # the engine owns the target merge
-
     plan: SpecPlan = static.spec
+    proposer, ctx, cfg = plan.proposer, static.context, plan.config
     tree = plan.tree
-    target = _model(static, params)
+    target = target_module(static, params)
     active = ~state.done  # [B]
     L = state.cache.lengths  # [B]
     depth = jnp.asarray(tree.depth, jnp.int32)  # [P+1]
     step_key = sp.step_key(state.keys, state.step)  # [B]
     propose_key = jax.vmap(lambda k: jax.random.fold_in(k, 1))(step_key)
     verify_key = jax.vmap(lambda k: jax.random.fold_in(k, 2))(step_key)
+    view = StepInput(pstate=state.proposer, root=state.last, lengths=L, active=active)
 
-    draft, pstate = plan.proposer.propose(static, params[1], state, propose_key)
+    draft, pstate = proposer.propose(ctx, target, params[1], view, propose_key)
     # Near the budget the effective depth shrinks by masking: never accept more than fits.
     room = state.max_new - state.num_out  # [B] tokens this row may still emit
     valid = draft.valid & (depth[None, :] <= (room - 1)[:, None])  # [B, P+1]
@@ -65,9 +79,8 @@ def speculative_step(static, params, state):
     tokens = draft.tokens.at[:, 0].set(state.last)  # [B, P+1]
     positions = jnp.minimum(L[:, None] + depth[None, :], static.max_positions - 1)  # [B, P+1]
     block_mask = jnp.asarray(tree.ancestor_mask)  # [P+1, P+1]
-    out = target(tokens, positions, state.cache, block_mask)  # logits [B, P+1, V]
+    out = target(tokens, positions, state.cache, block_mask, tap_layers=proposer.tap_layers)
     p = sp.processed_probs(out.logits, static.sampling)  # [B, P+1, V] float32
-    cfg = plan.config
     result = verify(
         p,
         tokens,
@@ -87,7 +100,7 @@ def speculative_step(static, params, state):
         cache = out.cache.advance(n_commit)
     else:
         cache = out.cache.commit_path(result.path, n_commit)
-    pstate = plan.proposer.commit(static, params[1], pstate, state, result, n_commit)
+    pstate = proposer.commit(ctx, target, params[1], view, pstate, out, result, n_commit)
 
     # Offered to the verifier: drafts masked out by the budget do not count.
     drafted = jnp.sum(valid[:, 1:], axis=1).astype(jnp.int32)  # [B]
@@ -109,8 +122,6 @@ def speculative_step(static, params, state):
         offered=state.offered + offered.astype(jnp.int32),
         reached=state.reached + reached.astype(jnp.int32),
     )
-    from specjax.decoding.engine import emit
-
     return emit(state, result.tokens, result.num_accepted + 1)
 
 
@@ -121,76 +132,22 @@ def _typical_logits(logits, sampling, mode):
     return logits / sampling.temperature  # [B, P+1, V]
 
 
-# ------------------------------------------------------------------------- building a plan
+def build_plan(raw: dict, target, sampling) -> tuple[SpecPlan, object]:
+    """Validate `raw` and return (plan, proposer params). Nothing is compiled here.
 
-
-def _resolve_draft(model_spec):
-    from specjax.io.hf import Model, as_model, load_model
-
-    if isinstance(model_spec, (str,)) or hasattr(model_spec, "__fspath__"):
-        return load_model(model_spec)
-    if isinstance(model_spec, Model):
-        return model_spec
-    try:
-        return as_model(model_spec)
-    except TypeError:
-        raise ValueError(
-            f"speculative_config['model'] must be a specjax Model, Decoder or checkpoint directory, "
-            f"got {type(model_spec).__name__}"
-        ) from None
-
-
-def check_vocabularies(target, draft) -> None:
-    """Draft and target must share the vocabulary: same size, token strings and specials."""
-    tv, dv = target.config.vocab_size, draft.config.vocab_size
-    if tv != dv:
-        raise ValueError(f"draft vocab_size={dv} differs from the target's vocab_size={tv}")
-    if target.tokenizer is None or draft.tokenizer is None:
-        return
-    t, d = target.tokenizer.vocab_strings(), draft.tokenizer.vocab_strings()
-    for i in range(max(len(t.tokens), len(d.tokens))):
-        a = t.tokens[i] if i < len(t.tokens) else None
-        b = d.tokens[i] if i < len(d.tokens) else None
-        if a != b:
-            raise ValueError(
-                f"draft and target vocabularies differ first at id {i}: target {a!r} vs draft {b!r}"
-            )
-    if t.special != d.special:
-        diff = sorted(set(t.special) ^ set(d.special))
-        raise ValueError(f"draft and target special tokens differ: {diff[:5]}")
-
-
-def build_plan(raw: dict, model, sampling) -> tuple[SpecPlan, Any]:
-    """Validate `raw` and return (plan, proposer params). Nothing is compiled here."""
+    Args:
+      raw: the speculative_config dict; its `model` (where the method has one) is a loaded
+        object: a Model or Decoder (draft_model), draft heads (medusa).
+      target: the target `Model`.
+      sampling: the call's SamplingParams (None = greedy).
+    """
     temperature = 0.0 if sampling is None else sampling.temperature
     cfg = spec_config.parse(raw, temperature=temperature)
-    proposer_cls = PROPOSERS[cfg.method]
-    draft = None
-    if cfg.method == "draft_model":
-        draft = _resolve_draft(raw["model"])
-        check_vocabularies(model, draft)
-        check_draft_window(draft, cfg)
-    proposer, params = proposer_cls.build(cfg, draft)
+    proposer, params = PROPOSERS[cfg.method].build(cfg, target, raw.get("model"))
+    bad = [i for i in proposer.tap_layers if not 0 <= i < target.config.num_layers]
+    if bad:
+        raise ValueError(
+            f"method {cfg.method!r} taps target layers {proposer.tap_layers}, but the target "
+            f"has layers 0..{target.config.num_layers - 1}"
+        )
     return SpecPlan(cfg, proposer), params
-
-
-def check_draft_window(draft, cfg) -> None:
-    """A tree is drafted level by level into the draft's cache; its earlier levels' keys then sit
-    at slot indices past their positions, which only a sliding window shorter than the tree's
-    depth could tell apart (keys within the window would be counted as outside it or vice
-    versa). Refuse that case rather than draft with a wrong mask."""
-    window, depth = draft.config.sliding_window, cfg.tree.max_depth
-    if window is not None and not cfg.is_chain and window <= depth:
-        raise ValueError(
-            f"the draft model's sliding_window={window} must exceed the draft tree's depth "
-            f"{depth} (speculative_config['draft_tree']); use a chain or a shallower tree"
-        )
-
-
-def check_draft_positions(plan: SpecPlan, longest_prompt: int, max_new_tokens: int) -> None:
-    limit = plan.proposer.max_positions
-    if limit is not None and longest_prompt + max_new_tokens > limit:
-        raise ValueError(
-            f"prompt length {longest_prompt} + max_new_tokens={max_new_tokens} exceeds "
-            f"the draft model's max_position_embeddings={limit}"
-        )

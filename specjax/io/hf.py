@@ -19,39 +19,17 @@ from flax import nnx
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from specjax.models import Decoder, ModelConfig, config_from_hf, config_to_hf, hf_param_names
+from specjax.models import (
+    Decoder,
+    Model,
+    as_model,
+    config_from_hf,
+    config_to_hf,
+    hf_param_names,
+)
 
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
-
-
-@dataclasses.dataclass
-class Model:
-    """A decoder with its tokenizer (None for a model built from a bare config)."""
-
-    module: Decoder
-    tokenizer: object | None = None
-    source: str = ""
-
-    @property
-    def config(self) -> ModelConfig:
-        return self.module.config
-
-    def __repr__(self) -> str:
-        c = self.config
-        return (
-            f"Model({c.model_type}, layers={c.num_layers}, D={c.hidden_size}, V={c.vocab_size}, "
-            f"params={c.num_params() / 1e6:.1f}M, source={self.source!r})"
-        )
-
-
-def as_model(model) -> Model:
-    """Accept a Model or a bare Decoder."""
-    if isinstance(model, Model):
-        return model
-    if isinstance(model, Decoder):
-        return Model(model)
-    raise TypeError(f"expected a specjax Model or Decoder, got {type(model).__name__}")
 
 
 # ----------------------------------------------------------------------------------- reading

@@ -1,12 +1,16 @@
-"""Flax NNX decoders. The axis legend used in every shape comment is in `axes.py`."""
+"""Flax NNX decoders and the runtime `Model`. The axis legend of every shape comment: `axes.py`."""
 
 from specjax.models.config import ModelConfig, config_from_hf, config_to_hf
 from specjax.models.decoder import Decoder, ForwardOutput, hf_param_names
+from specjax.models.model import Model, as_model, check_same_vocabulary
 
 __all__ = [
     "Decoder",
     "ForwardOutput",
+    "Model",
     "ModelConfig",
+    "as_model",
+    "check_same_vocabulary",
     "config_from_hf",
     "config_to_hf",
     "hf_param_names",

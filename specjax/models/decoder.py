@@ -26,9 +26,13 @@ MASKED = -1e30  # finite large negative: a fully masked row stays NaN-free
 
 
 class ForwardOutput(NamedTuple):
+    """What one forward returns; proposers read the features they were built for from it."""
+
     logits: jax.Array  # [B, T, V] float32 (or [B, R, V] at `logit_index`)
-    hidden: jax.Array  # [B, T, D] final feature before the last norm
-    features: tuple  # each [B, T, D]: residual stream entering each requested layer
+    # [B, T, D] the last hidden state *after* the final norm: the LM head's input, HF's
+    # `last_hidden_state`, what Medusa heads and EAGLE-1 drafters read.
+    last_hidden: jax.Array
+    taps: tuple  # each [B, T, D]: the residual stream entering each layer in `tap_layers`
     cache: KVCache
 
 
@@ -271,9 +275,11 @@ class Decoder(nnx.Module):
     def final_norm(self, h):
         return self.norm(h) if self.config.is_llama else self.ln_f(h)
 
-    def lm_logits(self, h):
-        """Final norm then the LM head. h: [..., D] (pre-norm feature) -> [..., V] float32."""
-        x = self.final_norm(h)
+    def unembed(self, x):
+        """The LM head alone. x: [..., D] post-norm hidden state -> [..., V] float32 logits.
+
+        Draft heads that read the target's `last_hidden` share this head (never a copy).
+        """
         if self.config.tie_word_embeddings:
             # Contract with the [V, D] table as stored. `nnx.Embed.attend` writes `x @ E.T`, and
             # XLA:CPU fuses that transpose into a strided loop (2x slower per decode step).
@@ -319,7 +325,7 @@ class Decoder(nnx.Module):
         block_mask=None,
         *,
         offset=None,
-        feature_layers: tuple[int, ...] = (),
+        tap_layers: tuple[int, ...] = (),
         logit_index=None,
     ) -> ForwardOutput:
         """Run T new tokens per row through the decoder, writing their K/V at lengths[b]...
@@ -331,25 +337,33 @@ class Decoder(nnx.Module):
             (W = T). A tree's nodes see their ancestors through it.
           offset: [B] int32 slot where the T tokens are written; None = lengths. A drafter that
             fills a tree level by level writes each level after lengths[b] at its node indices.
-          feature_layers: static layer ids whose incoming residual stream to return (EAGLE-3).
+          tap_layers: static layer ids (0..L-1) whose incoming residual stream to return in
+            `taps`, in the order given (EAGLE-3's feature taps).
           logit_index: optional [B, R] int32 block indices; logits only there ([B, R, V]).
         Returns:
-          ForwardOutput(logits, hidden, features, cache).
+          ForwardOutput(logits, last_hidden (post-norm, every position), taps, cache).
         """
         x = self.embed(tokens, positions)  # [B, T, D]
         rope = self.rope(positions)
         offset = cache.lengths if offset is None else offset  # [B]
         mask = self.attention_mask(cache, positions, block_mask, offset)  # [B, T, S]
-        features = []
+        bad = [i for i in tap_layers if not 0 <= i < self.config.num_layers]
+        if bad:
+            raise ValueError(
+                f"tap_layers={tuple(tap_layers)}: layer ids must be in [0, "
+                f"{self.config.num_layers - 1}], got {bad}"
+            )
+        entering = {}
         for i, block in enumerate(self.blocks):
-            if i in feature_layers:
-                features.append(x)
+            entering[i] = x  # [B, T, D] the residual stream entering layer i
             with jax.named_scope(f"layer_{i}"):
                 x, cache = block(x, rope, cache, i, mask, offset)
-        hidden = x  # [B, T, D]
+        last_hidden = self.final_norm(x)  # [B, T, D]
+        h = last_hidden
         if logit_index is not None:
-            x = jnp.take_along_axis(x, logit_index[:, :, None], axis=1)  # [B, R, D]
-        return ForwardOutput(self.lm_logits(x), hidden, tuple(features), cache)
+            h = jnp.take_along_axis(h, logit_index[:, :, None], axis=1)  # [B, R, D]
+        taps = tuple(entering[i] for i in tap_layers)
+        return ForwardOutput(self.unembed(h), last_hidden, taps, cache)
 
 
 def hf_param_names(config: ModelConfig) -> dict[str, tuple[tuple, bool]]:

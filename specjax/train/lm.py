@@ -35,9 +35,9 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from specjax.cache import KVCache
-from specjax.io.hf import Model, save_hf
+from specjax.io.hf import save_hf
 from specjax.io.tokenizer import Tokenizer, train_bpe
-from specjax.models import Decoder, ModelConfig
+from specjax.models import Decoder, Model, ModelConfig
 from specjax.train import checkpoint, data
 from specjax.train.metrics import JSONL_NAME, MetricWriter, read_jsonl
 

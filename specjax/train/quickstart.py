@@ -23,7 +23,8 @@ import ml_collections
 import numpy as np
 
 from specjax.decoding.engine import generate
-from specjax.io.hf import Model, load_model
+from specjax.io.hf import load_model
+from specjax.models import Model
 from specjax.train.lm import HF, train_lm
 
 log = logging.getLogger(__name__)

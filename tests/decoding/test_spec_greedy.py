@@ -20,6 +20,7 @@ import specjax as sj
 from specjax import sampling as sp
 from specjax.cache import KVCache
 from specjax.decoding import engine
+from specjax.decoding.proposers import StepInput
 
 VOCAB = 32
 MAX_NEW = 24  # 23 tokens after prefill: not a multiple of k+1 for any k tested
@@ -145,7 +146,12 @@ def test_greedy_tree_children_are_the_drafts_top_k(target, drafts, prompts):
     cfg = _chain(draft, 3, draft_tree=TREE_DEPTH_WIDTH)
     _, _, static, params, args = engine._setup(target, prompts, MAX_NEW, None, [], cfg, None)
     state = engine._prefill_jit(static, params, *args)
-    propose = jax.jit(lambda p, s, k: static.spec.proposer.propose(static, p[1], s, k)[0])
+    def draft_block(p, s, k):
+        view = StepInput(pstate=s.proposer, root=s.last, lengths=s.cache.lengths, active=~s.done)
+        target_module = nnx.merge(static.graphdef, p[0])
+        return static.spec.proposer.propose(static.context, target_module, p[1], view, k)[0]
+
+    propose = jax.jit(draft_block)
     tokens = np.asarray(propose(params, state, sp.step_key(state.keys, 1)).tokens)  # [B, 15]
     roots = np.asarray(state.last)
     for b, prompt in enumerate(prompts):

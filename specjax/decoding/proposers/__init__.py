@@ -1,11 +1,23 @@
-"""Proposers: each method is one small module behind the interface in `base.py`."""
+"""Proposers: each method is one small module behind the contract in `base.py`."""
 
+from specjax.decoding.proposers.base import Context, Draft, Proposer, StepInput
 from specjax.decoding.proposers.draft_model import DraftModelProposer
+from specjax.decoding.proposers.medusa import MedusaProposer
 from specjax.decoding.proposers.ngram import NgramProposer
 
 PROPOSERS = {
     "draft_model": DraftModelProposer,
     "ngram": NgramProposer,
+    "medusa": MedusaProposer,
 }
 
-__all__ = ["PROPOSERS", "DraftModelProposer", "NgramProposer"]
+__all__ = [
+    "PROPOSERS",
+    "Context",
+    "Draft",
+    "DraftModelProposer",
+    "MedusaProposer",
+    "NgramProposer",
+    "Proposer",
+    "StepInput",
+]

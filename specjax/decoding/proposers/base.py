@@ -1,21 +1,33 @@
-"""The proposer interface: every method fills the same static-shape draft.
+"""The proposer contract: every method fills the same static-shape draft.
 
-A proposer is a frozen, hashable dataclass (part of the jit's static plan) with:
+A proposer is a frozen, hashable dataclass (part of the jit's static plan); its parameters
+(a draft model's, a head's; `()` when it has none) travel as data. The engine calls:
 
-  build(cfg, draft_model) -> (proposer, params)     classmethod, host side
-  init(static, params, state, prompt, prompt_len, target_out) -> pstate   inside prefill
-  propose(static, params, state, key) -> (Draft, pstate)
-  commit(static, params, pstate, state, result, n_commit) -> pstate
+    proposer, params = Cls.build(cfg, target, draft)            host side, once per call
+    pstate = proposer.init(ctx, target, params, prompt, prompt_len, prefill)        prefill
+    draft, pstate = proposer.propose(ctx, target, params, step, key)           every step
+    pstate = proposer.commit(ctx, target, params, step, pstate, verified, result, n_commit)
 
-`state` is the engine's DecodeState before the step (state.proposer holds pstate; state.last
-is the pending root token; state.cache.lengths the committed length L). `n_commit[b]` is the
-number of block entries (root + accepted drafts) committed this step, 0 for frozen rows.
+`target` is the merged target module (its embedding, final norm and LM head are shared with
+the proposer, never copied); `prefill` and `verified` are the target's `ForwardOutput`s of the
+prompt and of this step's verify block: logits, `last_hidden` (after the final norm: the LM
+head's input) and the residual stream entering each layer in `proposer.tap_layers`. The step
+never runs a second target forward to get features. `ctx` (`Context`) is everything a proposer
+may know of the compiled program; `step` (`StepInput`) is the decode state as it may see it.
+
+Block layout of `Draft` (see `specjax/decoding/trees.py`): node 0 is the root (the pending
+token, filled in by the engine), nodes 1..P the drafts in topological order.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, Protocol, runtime_checkable
+
 import jax
 from flax import struct
+
+from specjax.sampling import SamplingParams
 
 
 @struct.dataclass
@@ -25,3 +37,68 @@ class Draft:
     tokens: jax.Array  # [B, P+1] int32
     valid: jax.Array  # [B, P+1] bool: node offered to the verifier
     probs: jax.Array | None = None  # [B, P+1, V] q each node was drawn from (probabilistic)
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What a proposer may know of the compiled program (static, hashable)."""
+
+    sampling: SamplingParams  # the processed law's knobs: drafts are drawn exactly as p is
+    cache_len: int  # S: slots per row of every cache in this program (room for a block)
+    max_positions: int  # the target's position limit (positions are clipped below it)
+
+
+@struct.dataclass
+class StepInput:
+    """The decode state at the start of a step, as a proposer sees it."""
+
+    pstate: Any  # the proposer's own state, as `init` / the last `commit` returned it
+    root: jax.Array  # [B] int32 the pending token: emitted, not yet in the target's cache
+    lengths: jax.Array  # [B] int32 committed tokens in the target's cache (= its position)
+    active: jax.Array  # [B] bool rows still generating (frozen rows change nothing)
+
+
+@runtime_checkable
+class Proposer(Protocol):
+    """A speculative method's drafting half (typing.Protocol: any class with these members).
+
+    Attributes:
+      tap_layers: target layers whose incoming residual stream the proposer reads (static).
+      max_positions: the proposer's own position limit (a draft model's), None if it has none.
+    """
+
+    tap_layers: tuple[int, ...]
+    max_positions: int | None
+
+    @classmethod
+    def build(cls, cfg, target, draft) -> tuple[Proposer, Any]:
+        """Host side: (the hashable proposer, its parameters) from a validated SpecConfig, the
+        target `Model` and the resolved draft (a `Model`, heads, or None)."""
+        ...
+
+    def init(self, ctx: Context, target, params, prompt, prompt_len, prefill) -> Any:
+        """Initial proposer state, inside prefill.
+
+        Args:
+          prompt: [B, Tp] int32 right-padded; prompt_len: [B] int32 (0 = padding row).
+          prefill: the target's ForwardOutput over the prompt (logits at the last prompt token
+            only; last_hidden and taps at every position).
+        """
+        ...
+
+    def propose(self, ctx: Context, target, params, step: StepInput, key) -> tuple[Draft, Any]:
+        """Draft one block for every row. key: [B] per-row keys. Returns (draft, pstate)."""
+        ...
+
+    def commit(
+        self, ctx: Context, target, params, step: StepInput, pstate, verified, result, n_commit
+    ) -> Any:
+        """Update the proposer's state after verification.
+
+        Args:
+          pstate: what `propose` returned.
+          verified: the target's ForwardOutput over the block (every node).
+          result: the VerifyResult (tokens, num_accepted, path).
+          n_commit: [B] int32 block entries committed (root + accepted drafts; 0 if frozen).
+        """
+        ...

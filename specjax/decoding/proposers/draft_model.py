@@ -22,8 +22,9 @@ from flax import nnx, struct
 
 from specjax import sampling as sp
 from specjax.cache import KVCache
-from specjax.decoding.proposers.base import Draft
+from specjax.decoding.proposers.base import Context, Draft, StepInput
 from specjax.decoding.trees import Tree
+from specjax.models import Decoder, Model, as_model, check_same_vocabulary
 
 
 @struct.dataclass
@@ -44,15 +45,41 @@ def _levels(tree: Tree) -> tuple[tuple[int, int], ...]:
     return tuple(levels)
 
 
+def _as_draft_model(draft) -> Model:
+    if isinstance(draft, (Model, Decoder)):
+        return as_model(draft)
+    raise ValueError(
+        "speculative_config['model'] must be a specjax Model, Decoder or checkpoint directory "
+        f"for method='draft_model', got {type(draft).__name__}"
+    )
+
+
+def check_draft_window(draft: Model, tree: Tree) -> None:
+    """A tree is drafted level by level into the draft's cache; its earlier levels' keys then sit
+    at slot indices past their positions, which only a sliding window shorter than the tree's
+    depth could tell apart (keys within the window would be counted as outside it or vice
+    versa). Refuse that case rather than draft with a wrong mask."""
+    window, depth = draft.config.sliding_window, tree.max_depth
+    if window is not None and tree.num_drafts != depth and window <= depth:
+        raise ValueError(
+            f"the draft model's sliding_window={window} must exceed the draft tree's depth "
+            f"{depth} (speculative_config['draft_tree']); use a chain or a shallower tree"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class DraftModelProposer:
     graphdef: Any
     tree: Tree
     mode: str  # verification mode: decides top-k children vs sampled children
     max_positions: int
+    tap_layers: tuple[int, ...] = ()
 
     @classmethod
-    def build(cls, cfg, draft):
+    def build(cls, cfg, target, draft):
+        draft = _as_draft_model(draft)
+        check_same_vocabulary(target, draft)
+        check_draft_window(draft, cfg.tree)
         graphdef, params = nnx.split(draft.module)
         return cls(
             graphdef, cfg.tree, cfg.verification, draft.config.max_position_embeddings
@@ -65,10 +92,10 @@ class DraftModelProposer:
     def _model(self, params):
         return nnx.merge(self.graphdef, params)
 
-    def init(self, static, params, state, prompt, prompt_len, target_out):
+    def init(self, ctx: Context, target, params, prompt, prompt_len, prefill):
         model = self._model(params)
         B, Tp = prompt.shape
-        cache = KVCache.for_model(model.config, B, static.cache_len)
+        cache = KVCache.for_model(model.config, B, ctx.cache_len)
         positions = jnp.minimum(
             jnp.broadcast_to(jnp.arange(Tp, dtype=jnp.int32), (B, Tp)), self.max_positions - 1
         )  # [B, Tp]
@@ -111,28 +138,28 @@ class DraftModelProposer:
         _, top = jax.lax.top_k(q_logp, k)  # [B, n, k]; ties keep the lower id first
         return top[:, parent, jnp.asarray(ranks)].astype(jnp.int32)  # [B, c]
 
-    def propose(self, static, params, state, key):
+    def propose(self, ctx: Context, target, params, step: StepInput, key):
         model = self._model(params)
-        ps: DraftModelState = state.proposer
+        ps: DraftModelState = step.pstate
         tree = self.tree
         parents = tree.parents_array
         levels = _levels(tree)
         P1 = tree.num_nodes
-        B = state.last.shape[0]
-        L = state.cache.lengths  # [B]
+        B = step.root.shape[0]
+        L = step.lengths  # [B]
         anc = jnp.asarray(tree.ancestor_mask)  # [P+1, P+1]
-        sampling = static.sampling
+        sampling = ctx.sampling
         clip = lambda pos: jnp.minimum(pos, self.max_positions - 1)
 
         # Catch-up + root: [prev, root] at [L-1, L]; the cache viewed with lengths L-1.
         view = ps.cache.replace(lengths=L - 1)
-        toks = jnp.stack([ps.prev, state.last], axis=1)  # [B, 2]
+        toks = jnp.stack([ps.prev, step.root], axis=1)  # [B, 2]
         pos = clip(jnp.stack([L - 1, L], axis=1))  # [B, 2]
         out = model(toks, pos, view, logit_index=jnp.ones((B, 1), jnp.int32))
         cache = out.cache.replace(lengths=L)
         level_logp = self._scores(out.logits, sampling)  # [B, 1, V] root's children law
 
-        tokens = jnp.zeros((B, P1), jnp.int32).at[:, 0].set(state.last)  # [B, P+1]
+        tokens = jnp.zeros((B, P1), jnp.int32).at[:, 0].set(step.root)  # [B, P+1]
         probs = jnp.zeros((B, P1, level_logp.shape[-1]), jnp.float32) if self.sampled else None
         rank = tree.rank.tolist()
         for d in range(1, len(levels)):
@@ -153,7 +180,8 @@ class DraftModelProposer:
         valid = jnp.ones((B, P1), bool)
         return Draft(tokens=tokens, valid=valid, probs=probs), DraftModelState(cache, ps.prev)
 
-    def commit(self, static, params, pstate, state, result, n_commit):
+    def commit(self, ctx: Context, target, params, step: StepInput, pstate, verified, result,
+               n_commit):
         if self.tree.num_drafts == self.tree.max_depth:  # a chain: the path is already contiguous
             cache = pstate.cache.advance(n_commit)
         else:
@@ -162,6 +190,6 @@ class DraftModelProposer:
         last_accepted = jnp.take_along_axis(result.tokens, jnp.maximum(a - 1, 0)[:, None], axis=1)[
             :, 0
         ]
-        prev = jnp.where(a > 0, last_accepted, state.last)  # [B] token now at position L'-1
+        prev = jnp.where(a > 0, last_accepted, step.root)  # [B] token now at position L'-1
         prev = jnp.where(n_commit > 0, prev, pstate.prev)
         return DraftModelState(cache, prev)

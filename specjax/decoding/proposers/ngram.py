@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specjax.decoding.proposers.base import Draft
+from specjax.decoding.proposers.base import Context, Draft, StepInput
 
 
 @struct.dataclass
@@ -29,14 +29,15 @@ class NgramProposer:
     n_min: int
     n_max: int
     max_positions: int | None = None  # no positional limit of its own
+    tap_layers: tuple[int, ...] = ()
 
     @classmethod
-    def build(cls, cfg, draft):
+    def build(cls, cfg, target, draft):
         return cls(cfg.num_speculative_tokens, cfg.prompt_lookup_min, cfg.prompt_lookup_max), ()
 
-    def init(self, static, params, state, prompt, prompt_len, target_out):
+    def init(self, ctx: Context, target, params, prompt, prompt_len, prefill):
         B, Tp = prompt.shape
-        history = jnp.zeros((B, static.cache_len), jnp.int32).at[:, :Tp].set(prompt)
+        history = jnp.zeros((B, ctx.cache_len), jnp.int32).at[:, :Tp].set(prompt)
         return NgramState(history)
 
     def _match_row(self, seq, n_tokens):
@@ -59,12 +60,12 @@ class NgramProposer:
             best_found = best_found | found
         return best_start, best_found
 
-    def propose(self, static, params, state, key):
-        ps: NgramState = state.proposer
-        L = state.cache.lengths  # [B]
+    def propose(self, ctx: Context, target, params, step: StepInput, key):
+        ps: NgramState = step.pstate
+        L = step.lengths  # [B]
         B = L.shape[0]
         write = jax.vmap(lambda h, t, at: jax.lax.dynamic_update_slice(h, t[None], (at,)))
-        seq = write(ps.history, state.last, L)  # [B, S] root appended at L
+        seq = write(ps.history, step.root, L)  # [B, S] root appended at L
         n_tokens = L + 1  # [B]
         start, found = jax.vmap(self._match_row)(seq, n_tokens)  # [B], [B]
         offs = jnp.arange(self.k, dtype=jnp.int32)  # [k]
@@ -72,14 +73,15 @@ class NgramProposer:
         drafts = jnp.take_along_axis(seq, jnp.clip(src, 0, seq.shape[1] - 1), axis=1)  # [B, k]
         valid = found[:, None] & (src < n_tokens[:, None])  # [B, k]
         # A chain: once a draft is missing, everything after it is too.
-        tokens = jnp.concatenate([state.last[:, None], drafts], axis=1)  # [B, k+1]
+        tokens = jnp.concatenate([step.root[:, None], drafts], axis=1)  # [B, k+1]
         valid = jnp.concatenate([jnp.ones((B, 1), bool), valid], axis=1)  # [B, k+1]
         return Draft(tokens=tokens, valid=valid), ps
 
-    def commit(self, static, params, pstate, state, result, n_commit):
+    def commit(self, ctx: Context, target, params, step: StepInput, pstate, verified, result,
+               n_commit):
         # Committed this step: [root, accepted drafts] at positions L .. L + n_commit - 1.
-        L = state.cache.lengths
-        block = jnp.concatenate([state.last[:, None], result.tokens[:, :-1]], axis=1)  # [B, M]
+        L = step.lengths
+        block = jnp.concatenate([step.root[:, None], result.tokens[:, :-1]], axis=1)  # [B, M]
         write = jax.vmap(lambda h, t, at: jax.lax.dynamic_update_slice(h, t, (at,)))
         history = write(pstate.history, block, L)  # [B, S]; entries past n_commit are stale
         history = jnp.where((n_commit > 0)[:, None], history, pstate.history)

@@ -1,0 +1,90 @@
+"""medusa: K heads on the target's last hidden state propose a chain or a sparse tree.
+
+The state is one feature per row: the target's `last_hidden` at the last committed token (the
+feature that produced the pending root token). Head k's logits there rank the candidates for
+depth k + 1 below the root. A node of the block at depth d with sibling rank r holds head
+(d - 1)'s r-th most likely token (Medusa's sparse tree: a node's token depends on its depth
+and rank only), so a chain is every head's top-1, as vLLM drafts it. Drafts are deterministic:
+greedy verification at T=0, the lossless one-hot rule at T>0, Medusa's typical acceptance
+(lossy) only when asked for.
+
+After verification the new feature is the verify forward's `last_hidden` at the last accepted
+node, read from the same forward: no extra target pass, no cache of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx, struct
+
+from specjax.decoding.proposers.base import Context, Draft, StepInput
+from specjax.decoding.trees import Tree
+from specjax.heads import MedusaHeads, check_heads_fit
+
+
+@struct.dataclass
+class MedusaState:
+    hidden: jax.Array  # [B, D] target's last_hidden at the last committed token
+
+
+def check_heads(heads, target, num_heads: int, method: str = "medusa") -> None:
+    """Refuse heads that cannot serve `target` with this config, naming both values."""
+    if not isinstance(heads, MedusaHeads):
+        kind = getattr(getattr(heads, "config", None), "method", None)
+        raise ValueError(
+            f"speculative_config['model'] must be Medusa heads (sj.load_draft) or their "
+            f"directory for method={method!r}, got {type(heads).__name__}"
+            + (f" (heads for method {kind!r})" if kind else "")
+        )
+    check_heads_fit(heads, target)
+    hc = heads.config
+    if num_heads > hc.num_heads:
+        raise ValueError(
+            f"speculative_config['num_speculative_tokens']={num_heads} asks for more heads "
+            f"than the {hc.num_heads} stored"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class MedusaProposer:
+    graphdef: Any
+    tree: Tree
+    num_heads: int  # K heads used (num_speculative_tokens)
+    max_positions: int | None = None
+    tap_layers: tuple[int, ...] = ()
+
+    @classmethod
+    def build(cls, cfg, target, heads):
+        check_heads(heads, target, cfg.num_speculative_tokens)
+        graphdef, params = nnx.split(heads)
+        return cls(graphdef, cfg.tree, cfg.num_speculative_tokens), params
+
+    def init(self, ctx: Context, target, params, prompt, prompt_len, prefill):
+        last = jnp.maximum(prompt_len - 1, 0)[:, None, None]  # [B, 1, 1]
+        hidden = jnp.take_along_axis(prefill.last_hidden, last, axis=1)[:, 0]  # [B, D]
+        return MedusaState(hidden)
+
+    def propose(self, ctx: Context, target, params, step: StepInput, key):
+        heads: MedusaHeads = nnx.merge(self.graphdef, params)
+        logits = heads(step.pstate.hidden, self.num_heads)  # [B, K, V]
+        tree = self.tree
+        width = int(tree.rank.max()) + 1
+        _, top = jax.lax.top_k(logits, width)  # [B, K, width]; ties keep the lower id first
+        head = np.maximum(tree.depth[1:] - 1, 0)  # [P] node j's head: depth - 1
+        drafts = top[:, head, tree.rank[1:]].astype(jnp.int32)  # [B, P]
+        tokens = jnp.concatenate([step.root[:, None], drafts], axis=1)  # [B, P+1]
+        valid = jnp.ones(tokens.shape, bool)
+        return Draft(tokens=tokens, valid=valid), step.pstate
+
+    def commit(self, ctx: Context, target, params, step: StepInput, pstate, verified, result,
+               n_commit):
+        a = result.num_accepted  # [B]
+        node = jnp.take_along_axis(result.path, a[:, None], axis=1)  # [B, 1] last accepted
+        hidden = jnp.take_along_axis(verified.last_hidden, node[:, :, None], axis=1)[:, 0]
+        hidden = jnp.where((n_commit > 0)[:, None], hidden, pstate.hidden)  # [B, D]
+        return MedusaState(hidden)

@@ -1,0 +1,149 @@
+"""Medusa heads (Cai et al. 2024): K small heads that read the target's last hidden state.
+
+Head k (k = 0..K-1) predicts the token at t + k + 2 from `last_hidden[t]` (the target's own LM
+head predicts t + 1). A head is L residual blocks `x + SiLU(x W + b)` followed by a projection
+to the vocabulary:
+
+    x_0 = h_t                         [D]   the target's last hidden state (after its final norm)
+    x_l = x_{l-1} + silu(x_{l-1} W_l + b_l)
+    logits_k = x_L U_k                [V]
+
+W and b start at zero, so a new head is the identity and its first logits are the target's
+own next-token logits; U starts as a copy of the target's LM head (the transposed embedding
+when the target ties them). FasterDecoding's reference builds `[ResBlock] * L`, one block
+shared by all L layers: `shared_blocks=True` keeps that (one block per head, applied L times).
+
+All K heads are stored stacked ([K, ...] leading axis) so a forward is one batched product
+per layer and one for the vocabulary projection, whatever K is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from specjax.models import Decoder, as_model
+
+METHOD = "medusa"
+
+
+def _positive(name: str, value) -> int:
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise ValueError(f"MedusaConfig.{name}={value!r} must be an integer >= 1") from None
+    if value < 1:
+        raise ValueError(f"MedusaConfig.{name}={value!r} must be an integer >= 1")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class MedusaConfig:
+    """Shapes and options of a set of Medusa heads (hashable).
+
+    Attributes:
+      hidden_size: D, the target's hidden size.
+      vocab_size: V, the target's vocabulary.
+      num_heads: K heads (head k predicts t + k + 2).
+      num_layers: L residual blocks per head.
+      shared_blocks: one block per head applied L times (FasterDecoding's layout).
+      bias: the residual blocks have a bias (vLLM: `medusa_fc_bias`).
+      dtype: parameter dtype.
+      base_model: the target the heads were trained on (`base_model_name_or_path`).
+    """
+
+    hidden_size: int
+    vocab_size: int
+    num_heads: int = 4
+    num_layers: int = 1
+    shared_blocks: bool = False
+    bias: bool = True
+    dtype: str = "float32"
+    base_model: str = ""
+
+    method = METHOD
+
+    def __post_init__(self):
+        for name in ("hidden_size", "vocab_size", "num_heads", "num_layers"):
+            object.__setattr__(self, name, _positive(name, getattr(self, name)))
+        for name in ("shared_blocks", "bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"MedusaConfig.{name}={getattr(self, name)!r} must be a bool")
+
+    @property
+    def stored_blocks(self) -> int:
+        """Blocks stored per head: 1 when shared, else num_layers."""
+        return 1 if self.shared_blocks else self.num_layers
+
+    def num_params(self) -> int:
+        D, V, K, B = self.hidden_size, self.vocab_size, self.num_heads, self.stored_blocks
+        return K * (B * (D * D + (D if self.bias else 0)) + D * V)
+
+
+class MedusaHeads(nnx.Module):
+    """K Medusa heads. `heads(h)` maps last hidden states [..., D] to logits [..., K, V]."""
+
+    def __init__(self, config: MedusaConfig, rngs: nnx.Rngs | None = None, *, lm_head=None):
+        """Args:
+        config: the heads' shapes.
+        rngs: only used when `lm_head` is None (random vocabulary projections).
+        lm_head: [D, V] initial vocabulary projection for every head (the target's LM head).
+        """
+        K, Lb, D, V = config.num_heads, config.stored_blocks, config.hidden_size, config.vocab_size
+        dt = jnp.dtype(config.dtype)
+        self.config = config
+        self.w = nnx.Param(jnp.zeros((K, Lb, D, D), dt))  # [K, L, D_in, D_out], zero: identity
+        self.b = nnx.Param(jnp.zeros((K, Lb, D), dt)) if config.bias else None  # [K, L, D]
+        if lm_head is None:
+            rngs = rngs if rngs is not None else nnx.Rngs(0)
+            lm_head = nnx.initializers.normal(0.02)(rngs.params(), (D, V), dt)
+        lm_head = jnp.asarray(lm_head, dt)
+        if lm_head.shape != (D, V):
+            raise ValueError(f"lm_head has shape {lm_head.shape}, expected (D, V) = {(D, V)}")
+        self.lm_head = nnx.Param(jnp.broadcast_to(lm_head, (K, D, V)))  # [K, D, V]
+
+    @classmethod
+    def for_target(cls, target, num_heads: int = 4, num_layers: int = 1, **options):
+        """New heads for `target` (a Model or Decoder): identity blocks, the target's LM head.
+
+        Args:
+          target: the frozen model the heads will read.
+          num_heads, num_layers: K and L.
+          **options: other MedusaConfig fields (shared_blocks, bias, dtype, base_model).
+        """
+        module: Decoder = as_model(target).module
+        c = module.config
+        config = MedusaConfig(
+            c.hidden_size, c.vocab_size, num_heads, num_layers, **{"dtype": c.dtype, **options}
+        )
+        return cls(config, lm_head=target_lm_head(module))
+
+    def __call__(self, h, num_heads: int | None = None):
+        """h: [..., D] the target's last hidden state -> [..., K, V] float32 logits.
+
+        num_heads: use only the first num_heads heads (static); default all.
+        """
+        c = self.config
+        K = c.num_heads if num_heads is None else num_heads
+        w = self.w[...][:K]  # [K, Lb, D, D]
+        b = None if self.b is None else self.b[...][:K]  # [K, Lb, D]
+        x = jnp.broadcast_to(h[..., None, :], (*h.shape[:-1], K, h.shape[-1])).astype(w.dtype)
+        for layer in range(c.num_layers):
+            blk = 0 if c.shared_blocks else layer
+            y = jnp.einsum("...kd,kde->...ke", x, w[:, blk])  # [..., K, D]
+            if b is not None:
+                y = y + b[:, blk]
+            x = x + jax.nn.silu(y)  # [..., K, D]
+        logits = jnp.einsum("...kd,kdv->...kv", x, self.lm_head[...][:K])  # [..., K, V]
+        return logits.astype(jnp.float32)
+
+
+def target_lm_head(module: Decoder) -> jax.Array:
+    """The target's LM head as a [D, V] matrix (the transposed embedding when tied)."""
+    if module.config.tie_word_embeddings:
+        return module.embedder.embedding[...].T  # [D, V]
+    return module.lm_head.kernel[...]  # [D, V]
