@@ -16,13 +16,17 @@ Writes <workdir>/results.json, report.md (tables: method x batch x temperature w
 tokens/s and speedup; acceptance by position; tau vs N; compile times; machine; command)
 and plots/{speedup,acceptance,tau_vs_n}.png.
 
-What to expect (this project's 2-core shared x86 box, jax 0.10 CPU backend, the quickstart
-pair: 6x384 target, 2x128 draft): the full grid takes 10-13 minutes, a third of it compiling
-(5-32 s per program). tau at batch 1: draft_model 1.82 (T=0) / 2.27 (T=1), draft_tree
-1.95 / 2.78, ngram 2.09 / 1.01. On this CPU nothing beats autoregressive (speedups
-0.44-0.78x; best ngram at T=0, batch 8): a speculative step costs 0.5-2 target steps more
-than its forward passes. The small variant takes about 4 minutes. Measured tables and
-what they mean: docs/skill-spec-decode-picker.md.
+What to expect (the quickstart's pair: a 6x384 target trained 600 steps to eval loss 4.16
+and a 2x128 draft; a 2-core x86 VM, jax 0.10.2 on CPU, idle): the full grid is the
+quickstart's benchmark stage, recorded in BENCHMARKS.md "Quickstart" (2026-11-29; ~4
+minutes of that run's 12.2, configs/quickstart.py). T=0, batch 1: draft_model N=4 tau 2.9, 1.1x; draft_tree (depth 3, width 2) tau
+3.15, 0.9x; ngram tau 2.25, 1.15x; tau vs N (draft_model) 1.73 / 2.22 / 2.91 / 3.50 for
+N = 1 / 2 / 4 / 8, best speedup 1.2x at N = 1-2. At T=1 and at batch 8 every method runs at
+0.5-1.0x: a speculative step costs ~3.5 autoregressive steps on this CPU. A less trained
+pair (an earlier quickstart target, 300 steps, eval loss 4.41: pair Q of
+docs/skill-spec-decode-picker.md, measured with other jobs on the machine) took 13 minutes
+and ran at 0.44-0.78x in every cell. The small variant takes about 4 minutes. Measured
+tables and what they mean: docs/skill-spec-decode-picker.md.
 """
 
 import ml_collections

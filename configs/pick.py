@@ -17,8 +17,9 @@ speedup = (1 - a^(N+1)) / ((1 - a)(N c + 1)) with alpha measured from acceptance
 position and c from timing the draft and the target generating alone (see
 `specjax/picker.py`).
 
-What to expect (this project's 2-core shared x86 box, the quickstart pair: 6x384 target,
-2x128 draft): 5-8 minutes. alpha 0.48 (draft_model), 0.56 (draft_tree), 0.57 (ngram) at T=0;
+What to expect (this project's 2-core shared x86 box; pair Q of
+docs/skill-spec-decode-picker.md: a 6x384 target from an earlier quickstart configuration,
+300 steps, eval loss 4.41, and the 2x128 draft): 5-8 minutes. alpha 0.48 (draft_model), 0.56 (draft_tree), 0.57 (ngram) at T=0;
 0.59 / 0.77 / 0.006 at T=1. c is at the edge of what a loaded 2-core box resolves (0.02-0.5
 across runs). Predicted tau matches measured within 0.1-0.3; predicted speedups (1.0-2.3x)
 exceed the measured ones (0.4-0.96x) by the step overhead the recommendation reports (0.5-2

@@ -38,14 +38,14 @@ CPU, nothing else running (load average ~1.5, i.e. this run):
 
 import ml_collections
 
-from configs import train_lm
+from configs import train_lm, train_medusa
 from specjax.bench import default_config as bench_default_config
 from specjax.bench.methods import registered_methods
 
 
 def _shared_data(config: ml_collections.ConfigDict) -> None:
-    """Target, draft and bench read the same corpus and the same train/eval split."""
-    for part in (config.target, config.draft, config.bench):
+    """Target, draft, heads and bench read the same corpus and the same train/eval split."""
+    for part in (config.target, config.draft, config.medusa, config.bench):
         for key in ("source", "eval_fraction", "seed"):
             part.data[key] = config.data.get_ref(key)
 
@@ -61,6 +61,11 @@ def get_config(arg=None):
     config.target_path = ""  # a trained target (training workdir or HF dir) to reuse
     config.target = train_lm.get_config("target")
     config.draft = train_lm.get_config("draft")
+    # Medusa-1 on the target's own greedy continuations; its features computed once and
+    # stored (one target pass over the rows), so each step costs the heads alone.
+    config.medusa = train_medusa.get_config()
+    config.medusa.features.precompute = True
+    config.medusa.train.update(num_steps=200, eval_every=100, checkpoint_every=100)
     config.bench = bench_default_config()
     # Every registered method; the autoregressive baseline is timed alongside each one.
     config.bench.methods = tuple(m for m in registered_methods() if m != "autoregressive")
@@ -76,6 +81,9 @@ def _tiny(config: ml_collections.ConfigDict) -> None:
     config.target.model.update(num_layers=2, hidden_size=64, head_dim=16, intermediate_size=128)
     config.draft = train_lm.get_config("tiny")
     config.draft.model.update(num_layers=1)
+    config.medusa = train_medusa.get_config("tiny")
+    config.medusa.features.precompute = True
+    config.medusa.heads.num_heads = config.bench.num_speculative_tokens  # the bench's N
     config.bench.update(
         batch_sizes=(1,),
         temperatures=(0.0, 1.0),

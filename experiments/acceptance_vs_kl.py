@@ -24,15 +24,13 @@ from __future__ import annotations
 
 import argparse
 
-import matplotlib
+import common
 import numpy as np
 
-matplotlib.use("Agg")
-import common  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-
-import specjax as sj  # noqa: E402
-from specjax import sampling as sp  # noqa: E402
+import specjax as sj
+from specjax import sampling as sp
+from specjax.bench import plotstyle
+from specjax.bench.markdown import table
 
 LAMBDAS = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 1.0)
 SAMPLING = sj.SamplingParams(temperature=1.0)
@@ -115,21 +113,19 @@ def main() -> None:
     sem = np.sqrt(np.maximum(exp * (1 - exp), 1e-12) / n)  # binomial s.e. under the theory
     order = np.argsort(kl)
     monotone = bool(np.all(np.diff(acc[order]) <= 2 * sem[order][1:]))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    ax1.errorbar(kl, acc, yerr=2 * sem, fmt="o", label="engine: accepted / offered")
-    ax1.plot(kl[order], exp[order], "k-", lw=1, label="1 - TV at the drafted positions")
-    ax1.plot(kl[order], exp_all[order], "k:", lw=1, label="1 - TV over all positions")
-    ax1.set(xlabel="KL(draft || target), mean over positions [nats]", ylabel="acceptance",
-            xscale="symlog", title="acceptance vs KL (T=1, one draft per step)")  # fmt: skip
-    ax1.legend()
-    ax2.plot(LAMBDAS, acc, "o-", label="engine")
-    ax2.plot(LAMBDAS, exp, "k--", label="1 - TV (drafted positions)")
-    ax2.plot(LAMBDAS, exp_all, "k:", label="1 - TV (all positions)")
-    ax2.set(xlabel="lam (draft = (1-lam) target + lam unrelated)", ylabel="acceptance")
-    ax2.legend()
-    fig.tight_layout()
-    common.RESULTS.mkdir(parents=True, exist_ok=True)
-    fig.savefig(common.RESULTS / "acceptance_vs_kl.png", dpi=120)
+    path = common.RESULTS / "acceptance_vs_kl.png"
+    with plotstyle.figure(path, ncols=2, width=11, height=4.2) as (_, (ax1, ax2)):
+        ax1.errorbar(kl, acc, yerr=2 * sem, fmt="o", label="engine: accepted / offered")
+        ax1.plot(kl[order], exp[order], "k-", lw=1, label="1 - TV at the drafted positions")
+        ax1.plot(kl[order], exp_all[order], "k:", lw=1, label="1 - TV over all positions")
+        ax1.set(xlabel="KL(draft || target), mean over positions [nats]", ylabel="acceptance",
+                xscale="symlog", title="acceptance vs KL (T=1, one draft per step)")  # fmt: skip
+        ax1.legend()
+        ax2.plot(LAMBDAS, acc, "o-", label="engine")
+        ax2.plot(LAMBDAS, exp, "k--", label="1 - TV (drafted positions)")
+        ax2.plot(LAMBDAS, exp_all, "k:", label="1 - TV (all positions)")
+        ax2.set(xlabel="lam (draft = (1-lam) target + lam unrelated)", ylabel="acceptance")
+        ax2.legend()
     worst = float(np.max(np.abs(acc - exp) / sem))
     common.save_json(
         "acceptance_vs_kl",
@@ -139,21 +135,25 @@ def main() -> None:
     print(f"monotone in KL: {monotone}; max |engine - theory| / sem = {worst:.2f}")
 
     if args.log:
-        table = "\n".join(
-            f"| {r['lam']} | {r['kl_draft_target']:.3f} | {r['acceptance']:.3f} | "
-            f"{r['expected_acceptance']:.3f} | {r['expected_acceptance_all_positions']:.3f} | "
-            f"{r['drafted']:,} | {r['tau']:.2f} |"
-            for r in rows
-        )
+        rows_table = table(
+            ["lam", "KL(q‖p)", "acceptance (engine)", "1 - TV (drafted positions)",
+             "1 - TV (all positions)", "drafts", "tau"],
+            [
+                [r["lam"], f"{r['kl_draft_target']:.3f}", f"{r['acceptance']:.3f}",
+                 f"{r['expected_acceptance']:.3f}",
+                 f"{r['expected_acceptance_all_positions']:.3f}", f"{r['drafted']:,}",
+                 f"{r['tau']:.2f}"]
+                for r in rows
+            ],
+            "rrrrrrr",
+        )  # fmt: skip
         common.log_entry(
             "Acceptance vs KL(draft || target): engine vs 1 - TV",
             f"""
 Tiny peaked random target (V=32), draft = (1 - lam) target + lam unrelated (weights), one
 draft per step, probabilistic verification at T=1, {args.rows} prompts x {args.new} tokens.
 
-| lam | KL(q‖p) | acceptance (engine) | 1 - TV (drafted positions) | 1 - TV (all positions) | drafts | tau |
-|---|---|---|---|---|---|---|
-{table}
+{rows_table}
 
 KL(q‖p) is averaged over the drafted positions. Acceptance falls monotonically with KL:
 {monotone}. The engine's acceptance matches the expected sum min(p, q) at the positions where

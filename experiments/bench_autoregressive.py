@@ -34,6 +34,7 @@ import torch
 import transformers
 
 import specjax as sj
+from specjax.bench.markdown import table
 from specjax.io.hf import export_state
 from specjax.models import config_to_hf
 
@@ -171,18 +172,18 @@ def machine() -> dict:
     )
 
 
-def table(result) -> str:
-    rows = [
-        "| batch | specjax tok/s | transformers tok/s | speedup | floor tok/s | specjax / floor | compile (s) |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for r in result["runs"]:
-        rows.append(
-            f"| {r['batch']} | {r['specjax_tok_s']:.1f} | {r['torch_tok_s']:.1f} | "
-            f"{r['speedup']:.2f}x | {r['floor_tok_s']:.1f} | {r['fraction_of_floor']:.0%} | "
-            f"{r['specjax_compile_s']:.1f} |"
-        )
-    return "\n".join(rows)
+def results_table(result) -> str:
+    return table(
+        ["batch", "specjax tok/s", "transformers tok/s", "speedup", "floor tok/s",
+         "specjax / floor", "compile (s)"],
+        [
+            [r["batch"], f"{r['specjax_tok_s']:.1f}", f"{r['torch_tok_s']:.1f}",
+             f"{r['speedup']:.2f}x", f"{r['floor_tok_s']:.1f}", f"{r['fraction_of_floor']:.0%}",
+             f"{r['specjax_compile_s']:.1f}"]
+            for r in result["runs"]
+        ],
+        "rrrrrrr",
+    )  # fmt: skip
 
 
 def main():
@@ -224,7 +225,7 @@ def main():
         print(json.dumps(run))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
-    print(table(result))
+    print(results_table(result))
 
 
 if __name__ == "__main__":

@@ -28,15 +28,13 @@ import argparse
 import statistics
 
 import common
-import matplotlib
 import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-import specjax as sj  # noqa: E402
-from specjax.bench.pairs import truncated_draft  # noqa: E402
-from specjax.bench.timing import Runner, machine_info  # noqa: E402
+import specjax as sj
+from specjax.bench import plotstyle
+from specjax.bench.markdown import table
+from specjax.bench.pairs import truncated_draft
+from specjax.bench.timing import Runner, machine_info
 
 BATCHES = (1, 8)
 TEMPERATURES = (0.0, 1.0)
@@ -153,37 +151,40 @@ def main() -> None:
     )
     common.save_json("bench_speculative" + ("_quick" if args.quick else ""), result)
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    labels = [f"B={b} T={t:g}" for b in BATCHES for t in TEMPERATURES]
-    x = np.arange(len(labels))
-    width = 0.8 / len(methods(draft))
-    for j, name in enumerate(methods(draft)):
-        sel = [r for r in rows if r["method"] == name]
-        axes[0].bar(x + j * width, [r["speedup"] for r in sel], width, label=name)
-        axes[1].bar(x + j * width, [r["tau"] for r in sel], width, label=name)
-    axes[0].axhline(1.0, color="k", lw=0.8)
-    titles = ("wall-clock speedup over AR", "tau (tokens per target call)")
-    for ax, title in zip(axes, titles, strict=True):
-        ax.set_xticks(x + 0.4 - width / 2, labels)
-        ax.set_title(title)
-    axes[0].legend(fontsize=7)
-    fig.suptitle(f"random {config.num_layers}x{config.hidden_size} target, first-"
-                 f"{draft.config.num_layers}-layer draft; CPU")  # fmt: skip
-    fig.tight_layout()
-    fig.savefig(
-        common.RESULTS / ("bench_speculative" + ("_quick" if args.quick else "") + ".png"), dpi=120
-    )
+    path = common.RESULTS / ("bench_speculative" + ("_quick" if args.quick else "") + ".png")
+    with plotstyle.figure(path, ncols=2, width=11, height=4) as (fig, axes):
+        labels = [f"B={b} T={t:g}" for b in BATCHES for t in TEMPERATURES]
+        x = np.arange(len(labels))
+        width = 0.8 / len(methods(draft))
+        for j, (name, spec) in enumerate(methods(draft).items()):
+            sel = [r for r in rows if r["method"] == name]
+            color = plotstyle.method_color("draft_tree" if "draft_tree" in spec else spec["method"])
+            axes[0].bar(x + j * width, [r["speedup"] for r in sel], width, label=name, color=color)
+            axes[1].bar(x + j * width, [r["tau"] for r in sel], width, label=name, color=color)
+        axes[0].axhline(1.0, color="k", lw=0.8)
+        titles = ("wall-clock speedup over AR", "tau (tokens per target call)")
+        for ax, title in zip(axes, titles, strict=True):
+            ax.set_xticks(x + 0.4 - width / 2, labels)
+            ax.set_title(title)
+        axes[0].legend(fontsize=7)
+        fig.suptitle(f"random {config.num_layers}x{config.hidden_size} target, first-"
+                     f"{draft.config.num_layers}-layer draft; CPU")  # fmt: skip
 
+    header = ["method", "batch", "T", "tau", "AR tok/s", "method tok/s", "speedup"]
+    header += ["compile s (method / AR)"]
+    print()
     print(
-        "\n| method | batch | T | tau | AR tok/s | method tok/s | speedup | compile s (method / AR) |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(
-            f"| {r['method']} | {r['batch']} | {r['temperature']:g} | {r['tau']:.2f} | "
-            f"{r['ar_tokens_per_s']:.1f} | {r['method_tokens_per_s']:.1f} | "
-            f"{r['speedup']:.2f} | {r['compile_s']:.1f} / {r['ar_compile_s']:.1f} |"
+        table(
+            header,
+            [
+                [r["method"], r["batch"], f"{r['temperature']:g}", f"{r['tau']:.2f}",
+                 f"{r['ar_tokens_per_s']:.1f}", f"{r['method_tokens_per_s']:.1f}",
+                 f"{r['speedup']:.2f}", f"{r['compile_s']:.1f} / {r['ar_compile_s']:.1f}"]
+                for r in rows
+            ],
+            "lrrrrrrr",
         )
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

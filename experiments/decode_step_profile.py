@@ -54,8 +54,10 @@ import numpy as np
 from bench_autoregressive import bench_config
 
 import specjax as sj
+from specjax.bench.markdown import table
 from specjax.bench.pairs import truncated_draft
 from specjax.models import decoder as decoder_module
+from specjax.models.decoder import attend, attend_blockdiag
 
 
 def op_breakdown(run) -> collections.Counter:
@@ -116,9 +118,10 @@ def step_profile(args) -> dict:
     rows = [dict(kind=k, ms_per_step=us / 1e3 / steps) for k, us in kinds.most_common(args.top)]
     total = sum(kinds.values()) / 1e3 / steps
     print(f"{args.method}, batch {args.batch}: {steps} steps, {total:.2f} ms/step of ops")
-    print("| op kind | ms / step | share |\n| --- | ---: | ---: |")
-    for r in rows:
-        print(f"| {r['kind']} | {r['ms_per_step']:.3f} | {r['ms_per_step'] / total:.0%} |")
+    cells = [
+        [r["kind"], f"{r['ms_per_step']:.3f}", f"{r['ms_per_step'] / total:.0%}"] for r in rows
+    ]
+    print(table(["op kind", "ms / step", "share"], cells, "lrr"))
     return dict(method=args.method, batch=args.batch, steps=steps, total_ms=total, ops=rows)
 
 
@@ -142,14 +145,14 @@ def cost_profile(args) -> dict:
     target = _pair_target()
     prompts = _prompts(target, 1)
     result = dict(rows=[])
-    print("| method (8x512 pair, T=0, batch 1) | ms / step | steps | x autoregressive step |")
-    print("| --- | ---: | ---: | ---: |")
-    base = None
+    cells, base = [], None
     for method in ("autoregressive", "draft_model", "ngram"):
         ms, steps = ms_per_step(target, prompts, _spec(method, target), 65)
         base = base or ms
         result["rows"].append(dict(method=method, ms_per_step=ms, steps=steps))
-        print(f"| {method} | {ms:.2f} | {steps} | {ms / base:.2f}x |")
+        cells.append([method, f"{ms:.2f}", steps, f"{ms / base:.2f}x"])
+    header = ["method (8x512 pair, T=0, batch 1)", "ms / step", "steps", "x autoregressive step"]
+    print(table(header, cells, "lrrr"))
     return result
 
 
@@ -175,15 +178,12 @@ def _layers(fn):
 
 
 def attention_profile(args) -> dict:
-    from specjax.models.decoder import attend, attend_blockdiag
-
     L, H = 12, 64
     shapes = [(1, 1, 256, 12, 12), (1, 2, 256, 12, 12), (1, 4, 256, 12, 12), (1, 8, 256, 12, 12)]
     shapes += [(1, 16, 256, 12, 12), (8, 1, 256, 12, 12), (1, 1, 2048, 12, 12)]
     shapes += [(1, 1, 1024, 32, 8), (1, 8, 1024, 32, 8)]
     result = dict(rows=[])
-    print("| B | T | S | N | K | attend ms/layer | attend_blockdiag ms/layer |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    cells = []
     for B, T, S, N, K in shapes:
         rng = np.random.default_rng(0)
         q = jnp.asarray(rng.standard_normal((B, T, N, H)), jnp.float32)
@@ -195,7 +195,9 @@ def attention_profile(args) -> dict:
         a = _timed(_layers(attend), q, kc, vc, mask) / L
         b = _timed(_layers(attend_blockdiag), q, kc, vc, mask) / L
         result["rows"].append(dict(B=B, T=T, S=S, N=N, K=K, attend_ms=a, blockdiag_ms=b))
-        print(f"| {B} | {T} | {S} | {N} | {K} | {a:.3f} | {b:.3f} |")
+        cells.append([B, T, S, N, K, f"{a:.3f}", f"{b:.3f}"])
+    header = ["B", "T", "S", "N", "K", "attend ms/layer", "attend_blockdiag ms/layer"]
+    print(table(header, cells, "rrrrrrr"))
     return result
 
 
@@ -233,15 +235,15 @@ def rows_profile(args) -> dict:
     mb = 2 * L * D * F * 4 / 1e6
     result = dict(weights_mb=mb, rows=[])
     print(f"{2 * L} projections, {mb:.0f} MB float32; median ms per pass over the chain")
-    print("| rows M | [in, out] ms | [out, in] ms | [in, out] / (M = 1) |")
-    print("| ---: | ---: | ---: | ---: |")
-    base = None
+    cells, base = [], None
     for m in (1, 2, 5, 8, 16):
         x = jnp.ones((m, D), jnp.float32)
         a, b = _timed(chain_in_out, x, *in_out), _timed(chain_out_in, x, *out_in)
         base = base or a
         result["rows"].append(dict(m=m, in_out_ms=a, out_in_ms=b))
-        print(f"| {m} | {a:.1f} | {b:.1f} | {a / base:.2f}x |")
+        cells.append([m, f"{a:.1f}", f"{b:.1f}", f"{a / base:.2f}x"])
+    header = ["rows M", "[in, out] ms", "[out, in] ms", "[in, out] / (M = 1)"]
+    print(table(header, cells, "rrrr"))
     return result
 
 

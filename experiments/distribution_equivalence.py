@@ -22,18 +22,16 @@ from __future__ import annotations
 
 import argparse
 
-import matplotlib
+import common
+import jax.numpy as jnp
 import numpy as np
 
-matplotlib.use("Agg")
-import common  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-
-import specjax as sj  # noqa: E402
-from specjax import sampling as sp  # noqa: E402
-from specjax.decoding import engine  # noqa: E402
-from specjax.decoding import verify as vf  # noqa: E402
+import specjax as sj
+from specjax import sampling as sp
+from specjax.bench import plotstyle
+from specjax.bench.markdown import table
+from specjax.decoding import engine
+from specjax.decoding import verify as vf
 
 V = common.TINY.vocab_size
 BATCH = 4096
@@ -119,30 +117,28 @@ def main() -> None:
             "acceptance_rate": acc / dr if dr else None,
             "p_joint_x1x2_vs_exact": common.chi2_pvalue(joint, law12),
         }
-    for name, table in tables.items():
+    for name, counts in tables.items():
         if name != "direct":
             results[name]["p_two_sample_vs_direct"] = common.two_sample_pvalue(
-                table, tables["direct"]
+                counts, tables["direct"]
             )
     for name, r in results.items():
         print(name, r)
 
-    fig, ax = plt.subplots(figsize=(10, 4))
-    marg = law12.sum(0)
-    order = np.argsort(-marg)[:14]
-    width = 0.8 / len(tables)
-    for j, (name, table) in enumerate(tables.items()):
-        freq = table[0] / table[0].sum()
-        ax.bar(np.arange(len(order)) + j * width, freq[order], width, label=name)
-    ax.plot(np.arange(len(order)) + 0.4 - width / 2, marg[order], "k_", ms=18, mew=2,
-            label="exact law of x2")  # fmt: skip
-    ax.set_xticks(np.arange(len(order)) + 0.4 - width / 2, [str(t) for t in order])
-    ax.set(xlabel="token (most likely 14)", ylabel="frequency of x2",
-           title=f"x2 at T=1, {args.rows:,} rows per method")  # fmt: skip
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    common.RESULTS.mkdir(parents=True, exist_ok=True)
-    fig.savefig(common.RESULTS / "distribution_equivalence.png", dpi=120)
+    path = common.RESULTS / "distribution_equivalence.png"
+    with plotstyle.figure(path, width=10, height=4) as (_, (ax,)):
+        marg = law12.sum(0)
+        order = np.argsort(-marg)[:14]
+        width = 0.8 / len(tables)
+        for j, (name, counts) in enumerate(tables.items()):
+            freq = counts[0] / counts[0].sum()
+            ax.bar(np.arange(len(order)) + j * width, freq[order], width, label=name)
+        ax.plot(np.arange(len(order)) + 0.4 - width / 2, marg[order], "k_", ms=18, mew=2,
+                label="exact law of x2")  # fmt: skip
+        ax.set_xticks(np.arange(len(order)) + 0.4 - width / 2, [str(t) for t in order])
+        ax.set(xlabel="token (most likely 14)", ylabel="frequency of x2",
+               title=f"x2 at T=1, {args.rows:,} rows per method")  # fmt: skip
+        ax.legend(fontsize=7)
     common.save_json(
         "distribution_equivalence",
         dict(rows=args.rows, new=args.new, sampling=str(SAMPLING), results=results,
@@ -154,12 +150,17 @@ def main() -> None:
         def fmt(x, spec):
             return "-" if x is None else format(x, spec)
 
-        lines = "\n".join(
-            f"| {name} | {r['verified_tokens']:,} | {fmt(r['acceptance_rate'], '.3f')} | "
-            f"{fmt(r.get('p_two_sample_vs_direct'), '.3g')} | "
-            f"{fmt(r['p_joint_x1x2_vs_exact'], '.3g')} |"
-            for name, r in results.items()
-        )
+        lines = table(
+            ["method", "verified tokens", "acceptance",
+             f"p (two-sample vs direct, positions 2..{args.new})", "p ((x1, x2) vs exact law)"],
+            [
+                [name, f"{r['verified_tokens']:,}", fmt(r["acceptance_rate"], ".3f"),
+                 fmt(r.get("p_two_sample_vs_direct"), ".3g"),
+                 fmt(r["p_joint_x1x2_vs_exact"], ".3g")]
+                for name, r in results.items()
+            ],
+            "lrrrr",
+        )  # fmt: skip
         lossless = [n for n in results if n not in ("direct",) and not n.startswith("BROKEN")]
         ok = all(
             results[n]["p_two_sample_vs_direct"] > 0.05
@@ -174,8 +175,6 @@ Tiny random target (V=32, LM head x20 so laws are peaked) and a layer-1-perturbe
 one prompt, {args.rows:,} rows per method (per-row seeds), {args.new} new tokens at T=1.
 "verified tokens" = tokens at positions 2..{args.new} (what the verifier emits).
 
-| method | verified tokens | acceptance | p (two-sample vs direct, positions 2..{args.new}) | p ((x1, x2) vs exact law) |
-|---|---|---|---|---|
 {lines}
 
 Conclusion: {"every lossless method passes both tests (p > 0.05)" if ok else "NOT all lossless methods pass: see the table"};

@@ -19,31 +19,21 @@ from __future__ import annotations
 
 import argparse
 
+import common
 import jax
 import jax.numpy as jnp
-import matplotlib
 import numpy as np
 
-matplotlib.use("Agg")
-import common  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-
-from specjax.decoding import trees  # noqa: E402
-from specjax.decoding.verify import verify  # noqa: E402
+from specjax.bench import plotstyle
+from specjax.bench.markdown import table
+from specjax.decoding import trees
+from specjax.decoding.verify import verify
+from specjax.speedup import expected_speedup, expected_tokens_per_call, optimal_n
 
 ALPHAS = (0.5, 0.7, 0.85)
 COSTS = (0.05, 0.1, 0.2)
 N_MAX = 10  # measured
 N_OPT_MAX = 40  # searched for the optimum
-
-
-def expected_tokens(alpha: float, n) -> np.ndarray:
-    n = np.asarray(n, np.float64)
-    return (1 - alpha ** (n + 1)) / (1 - alpha)
-
-
-def speedup(tokens, n, c: float) -> np.ndarray:
-    return np.asarray(tokens) / (np.asarray(n, np.float64) * c + 1)
 
 
 def measure(alpha: float, n: int, trials: int, seed: int) -> tuple[float, float, list[float]]:
@@ -80,7 +70,7 @@ def main() -> None:
     for i, alpha in enumerate(ALPHAS):
         for n in ns:
             mean, sem, per_pos = measure(alpha, int(n), args.trials, seed=1000 * i + int(n))
-            theory = float(expected_tokens(alpha, n))
+            theory = expected_tokens_per_call(alpha, int(n))
             rows.append(
                 dict(alpha=alpha, n=int(n), measured=mean, sem=sem, theory=theory,
                      z=(mean - theory) / sem, acceptance_by_position=per_pos)
@@ -92,9 +82,9 @@ def main() -> None:
     for alpha in ALPHAS:
         measured = np.array([r["measured"] for r in rows if r["alpha"] == alpha])
         for c in COSTS:
-            s_theory = speedup(expected_tokens(alpha, n_grid), n_grid, c)
-            s_measured = speedup(np.concatenate([[1.0], measured]), np.arange(0, N_MAX + 1), c)
-            best = int(n_grid[np.argmax(s_theory)])
+            s_theory = np.array([expected_speedup(alpha, int(n), c) for n in n_grid])
+            s_measured = np.concatenate([[1.0], measured]) / (np.arange(0, N_MAX + 1) * c + 1)
+            best = optimal_n(alpha, c, N_OPT_MAX)
             best_m = int(np.argmax(s_measured))
             optimum.append(
                 dict(alpha=alpha, c=c, best_n=best, best_speedup=float(s_theory.max()),
@@ -105,26 +95,25 @@ def main() -> None:
                 f"from measured tokens N = {best_m} ({s_measured.max():.2f})"
             )
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    fine = np.linspace(0, N_MAX, 200)
-    for alpha, color in zip(ALPHAS, ("C0", "C1", "C2"), strict=True):
-        pts = [r for r in rows if r["alpha"] == alpha]
-        ax1.plot(fine, expected_tokens(alpha, fine), color=color, lw=1, label=f"theory a={alpha}")
-        ax1.errorbar([r["n"] for r in pts], [r["measured"] for r in pts],
-                     yerr=[3 * r["sem"] for r in pts], fmt="o", color=color, ms=4,
-                     label=f"verify(), a={alpha}")  # fmt: skip
-        for c, style in zip(COSTS, ("-", "--", ":"), strict=True):
-            ax2.plot(n_grid, speedup(expected_tokens(alpha, n_grid), n_grid, c), style,
-                     color=color, label=f"a={alpha}, c={c}")  # fmt: skip
-    ax1.set(xlabel="N (draft tokens per step)", ylabel="tokens per target call",
-            title="i.i.d. acceptance: measured vs (1-a^(N+1))/(1-a)")  # fmt: skip
-    ax1.legend(fontsize=7)
-    ax2.set(xlabel="N", ylabel="speedup", xlim=(0, 25),
-            title="(1-a^(N+1)) / ((1-a)(Nc+1))")  # fmt: skip
-    ax2.legend(fontsize=6, ncol=3)
-    fig.tight_layout()
-    common.RESULTS.mkdir(parents=True, exist_ok=True)
-    fig.savefig(common.RESULTS / "tokens_per_call.png", dpi=120)
+    path = common.RESULTS / "tokens_per_call.png"
+    with plotstyle.figure(path, ncols=2, width=11, height=4.2) as (_, (ax1, ax2)):
+        for alpha, color in zip(ALPHAS, ("C0", "C1", "C2"), strict=True):
+            pts = [r for r in rows if r["alpha"] == alpha]
+            grid = np.arange(0, N_MAX + 1)
+            ax1.plot(grid, [expected_tokens_per_call(alpha, int(n)) for n in grid], color=color,
+                     lw=1, label=f"theory a={alpha}")  # fmt: skip
+            ax1.errorbar([r["n"] for r in pts], [r["measured"] for r in pts],
+                         yerr=[3 * r["sem"] for r in pts], fmt="o", color=color, ms=4,
+                         label=f"verify(), a={alpha}")  # fmt: skip
+            for c, style in zip(COSTS, ("-", "--", ":"), strict=True):
+                ax2.plot(n_grid, [expected_speedup(alpha, int(n), c) for n in n_grid], style,
+                         color=color, label=f"a={alpha}, c={c}")  # fmt: skip
+        ax1.set(xlabel="N (draft tokens per step)", ylabel="tokens per target call",
+                title="i.i.d. acceptance: measured vs (1-a^(N+1))/(1-a)")  # fmt: skip
+        ax1.legend(fontsize=7)
+        ax2.set(xlabel="N", ylabel="speedup", xlim=(0, 25),
+                title="(1-a^(N+1)) / ((1-a)(Nc+1))")  # fmt: skip
+        ax2.legend(fontsize=6, ncol=3)
 
     worst = max(abs(r["z"]) for r in rows)
     common.save_json(
@@ -139,11 +128,15 @@ def main() -> None:
     )
     print(f"max |measured - theory| / sem = {worst:.2f}")
     if args.log:
-        table = "\n".join(
-            f"| {o['alpha']} | {o['c']} | {o['best_n']} | {o['best_speedup']:.2f} | "
-            f"{o['best_n_measured']} | {o['best_speedup_measured']:.2f} |"
-            for o in optimum
-        )
+        optimum_table = table(
+            ["a", "c", "best N", "speedup", "best N (measured)", "speedup (measured)"],
+            [
+                [o["alpha"], o["c"], o["best_n"], f"{o['best_speedup']:.2f}",
+                 o["best_n_measured"], f"{o['best_speedup_measured']:.2f}"]
+                for o in optimum
+            ],
+            "rrrrrr",
+        )  # fmt: skip
         sample = ", ".join(
             f"N={r['n']}: {r['measured']:.3f} vs {r['theory']:.3f}"
             for r in rows
@@ -161,9 +154,7 @@ acceptance is flat at a, as the i.i.d. model says.
 Optimal N under speedup = (1 - a^(N+1)) / ((1 - a)(N c + 1)) (N searched over 0..{N_OPT_MAX};
 "measured" uses the measured tokens, N <= {N_MAX}):
 
-| a | c | best N | speedup | best N (measured) | speedup (measured) |
-|---|---|---|---|---|---|
-{table}
+{optimum_table}
 
 Conclusion: the verifier's emitted-token count is the textbook truncated-geometric law.
 The optimal N grows with a and shrinks with c: deep chains pay only when acceptance is high

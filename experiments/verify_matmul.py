@@ -83,6 +83,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from specjax.bench.markdown import table
+
 RESULTS = Path(__file__).resolve().parent / "results"
 NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": ""}
 NO_YNN_1T = {"xla_cpu_experimental_ynn_fusion_type": "", "xla_cpu_multi_thread_eigen": False}
@@ -472,13 +474,14 @@ def print_table(result: dict) -> None:
         f"fastest T={result['base_T']} variant {result['floor_ms']:.2f} ms); "
         f"load at end {result['loadavg_end'][0]:.2f}"
     )
-    print("| variant | " + " | ".join(f"T={T}" for T in Ts) + " | max diff vs io | vs f64 |")
-    print("| --- | " + " | ".join("---:" for _ in Ts) + " | ---: | ---: |")
+    rows = []
     for n in names:
         cells = [f"{by[n, T]['ms']:.2f} ({by[n, T]['x1']:.2f}x)" for T in Ts]
         d = max(by[n, T]["diff_base"] for T in Ts)
         f = max(by[n, T]["diff_f64"] for T in Ts)
-        print(f"| {n} | " + " | ".join(cells) + f" | {d:.1e} | {f:.1e} |")
+        rows.append([n, *cells, f"{d:.1e}", f"{f:.1e}"])
+    header = ["variant", *(f"T={T}" for T in Ts), "max diff vs io", "vs f64"]
+    print(table(header, rows, "l" + "r" * (len(Ts) + 2)))
 
 
 FLAG_SETS = [

@@ -7,7 +7,7 @@
 
 `--config=<file>.py[:arg]` calls the file's `get_config(arg)`; `--config.a.b=value` overrides
 one field (the config is locked, so a misspelt field is an error). `config.task` picks the
-library function: train_lm, bench, pick or quickstart. Library code never reads flags.
+library function: train_lm, train_heads, bench, pick or quickstart. Library code never reads flags.
 """
 
 from __future__ import annotations
@@ -15,10 +15,15 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
+import sys
 
+import flax
 import jax
 from absl import app, flags
 from ml_collections import config_flags
+
+import specjax
 
 CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, `path.py[:arg]`.")
 WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
@@ -27,12 +32,19 @@ flags.mark_flags_as_required(["config", "workdir"])
 # task -> "module:function"; imported only when that task runs.
 TASKS = {
     "train_lm": "specjax.train.lm:train_lm",
+    "train_heads": "specjax.train.heads:train_heads",
     "bench": "specjax.bench.harness:run_bench",
     "pick": "specjax.picker:pick",
     "quickstart": "specjax.train.quickstart:quickstart",
 }
 # The part of the config each task function takes (None: the whole config).
-TASK_CONFIG = {"train_lm": None, "bench": "bench", "pick": "pick", "quickstart": None}
+TASK_CONFIG = {
+    "train_lm": None,
+    "train_heads": None,
+    "bench": "bench",
+    "pick": "pick",
+    "quickstart": None,
+}
 
 
 def dispatch(config, workdir) -> dict:
@@ -55,10 +67,6 @@ class _DropOrbaxInfo(logging.Filter):
 
 def log_setup(config) -> None:
     """Quiets orbax's INFO chatter; logs versions, devices and the resolved config."""
-    import flax
-
-    import specjax
-
     logging.getLogger("absl").addFilter(_DropOrbaxInfo())
     logging.info(
         "jax %s, flax %s, specjax %s", jax.__version__, flax.__version__, specjax.__version__
@@ -76,7 +84,13 @@ def main(argv) -> None:
 
 
 def run() -> None:
-    """Console-script entry point (`specjax ...`)."""
+    """Console-script entry point (`specjax ...`): what `python -m launch.main` does.
+
+    Like `python -m`, it puts the current directory first on sys.path, so that config files
+    importing their siblings (`from configs import train_lm`) resolve from the repository root.
+    """
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     app.run(main)
 
 

@@ -28,8 +28,11 @@ import ml_collections
 from absl import app, flags
 from ml_collections import config_flags
 
+from specjax.bench import plotstyle
+from specjax.bench.markdown import table
+
 # The launcher's --config and --workdir flags (here: the sweep's base config and directory).
-from launch.main import CONFIG, WORKDIR, dispatch, log_setup
+from .main import CONFIG, WORKDIR, dispatch, log_setup
 
 TABLE_COLUMNS = (
     "method",
@@ -135,10 +138,9 @@ def write_tables(rows: list[dict], keys: list[str], workdir: Path) -> None:
         writer.writeheader()
         writer.writerows(rows)
     shown = ["point", *keys] + [c for c in TABLE_COLUMNS if c in columns and c not in keys]
-    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else ("" if v is None else str(v))
-    lines = ["| " + " | ".join(shown) + " |", "|" + " --- |" * len(shown)]
-    lines += ["| " + " | ".join(fmt(r.get(c)) for c in shown) + " |" for r in rows]
-    (workdir / "sweep.md").write_text("\n".join(lines) + "\n")
+    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else v
+    markdown = table(shown, [[fmt(r.get(c)) for c in shown] for r in rows])
+    (workdir / "sweep.md").write_text(markdown + "\n")
 
 
 def _series_fields(rows: list[dict], x_key: str) -> list[str]:
@@ -174,37 +176,33 @@ def _x_axis(rows: list[dict], sweep: list[dict]):
 
 def write_plot(rows: list[dict], sweep: list[dict], path: Path) -> None:
     """One PNG: each available metric (speedup and tau, or eval loss) against the swept value."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     x_key, x_label, position, ticks = _x_axis(rows, sweep)
     metrics = [m for m in PLOT_METRICS if any(m in r for r in rows)]
     if "speedup" in metrics:
         metrics = [m for m in metrics if m != "eval_loss"]
     fields = _series_fields(rows, x_key)
-    fig, axes = plt.subplots(
-        1, max(1, len(metrics)), figsize=(5 * len(metrics), 3.6), squeeze=False
-    )
-    for ax, metric in zip(axes[0], metrics, strict=False):
-        series: dict[str, list] = {}
-        for r in rows:
-            if metric in r:
-                label = ", ".join(f"{f}={r.get(f)}" for f in fields) or metric
-                series.setdefault(label, []).append((position(r.get(x_key)), r[metric]))
-        for label, points in series.items():
-            ax.plot(*zip(*sorted(points), strict=True), marker="o", label=label)
-        if metric == "speedup":
-            ax.axhline(1.0, color="gray", lw=0.8, ls="--")
-        if ticks is not None:
-            ax.set_xticks(range(len(ticks)), ticks, fontsize=8)
-        ax.set(xlabel=x_label, ylabel=metric)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with plotstyle.figure(path, ncols=max(1, len(metrics)), height=3.6) as (_, axes):
+        for ax, metric in zip(axes, metrics, strict=False):
+            series: dict[str, list] = {}
+            colors: dict[str, str | None] = {}
+            for r in rows:
+                if metric in r:
+                    label = ", ".join(f"{f}={r.get(f)}" for f in fields) or metric
+                    series.setdefault(label, []).append((position(r.get(x_key)), r[metric]))
+                    # One line per method: the method's colour; otherwise the colour cycle.
+                    colors[label] = (
+                        plotstyle.method_color(r.get("method")) if fields == ["method"] else None
+                    )
+            for label, points in series.items():
+                ax.plot(
+                    *zip(*sorted(points), strict=True), marker="o", label=label, color=colors[label]
+                )
+            if metric == "speedup":
+                ax.axhline(1.0, color="gray", lw=0.8, ls="--")
+            if ticks is not None:
+                ax.set_xticks(range(len(ticks)), ticks)
+            ax.set(xlabel=x_label, ylabel=metric)
+            ax.legend(loc="best")
 
 
 def main(argv) -> None:

@@ -5,10 +5,10 @@
     cfg.target, cfg.draft = "workdirs/quickstart/target", "workdirs/quickstart/draft"
     rec = picker.pick(cfg, "workdirs/pick")   # recommendation.md, recommendation.json
 
-The model (Leviathan et al. 2023, section 3; ALGORITHMS.md section 1): if each draft token is
-accepted with probability alpha, independently, a step with N drafts emits on average
-E[tokens per target call] = (1 - alpha^(N+1)) / (1 - alpha), and with a draft step costing c
-target steps the wall-clock speedup is that divided by (N c + 1).
+The model (`specjax.speedup`; Leviathan et al. 2023, arXiv 2211.17192, section 3): if each
+draft token is accepted with probability alpha, independently, a step with N drafts emits on
+average E[tokens per target call] = (1 - alpha^(N+1)) / (1 - alpha), and with a draft step
+costing c target steps the wall-clock speedup is that divided by (N c + 1).
 
 What is measured, on a sample of the user's prompts at batch 1:
 - alpha per method, from one run at N = `num_speculative_tokens` (the tree's depth for
@@ -22,7 +22,8 @@ What is measured, on a sample of the user's prompts at batch 1:
   depth i, so alpha is an effective per-depth acceptance of the tree.
 - c, the draft/target cost ratio: the per-token time of the draft generating alone over
   the target's (batch 1, at the workload's temperature, differenced over two lengths so
-  that prefill cancels). Methods without a draft model (ngram) are taken as free: c = 0.
+  that prefill cancels). For head methods (medusa) c is the heads' own forward per head in
+  target steps (`measure_head_cost`), so N c is their share of a step; ngram is free: c = 0.
 Then predicted speedup for every method and N = 1..n_max (a tree only up to
 `max_draft_nodes` nodes: the model sees its depth, not its width), the best is picked (or
 plain autoregressive when nothing beats 1), and the best N of the top methods is measured
@@ -38,97 +39,27 @@ from __future__ import annotations
 import json
 import logging
 import math
-import numbers
+import time
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import ml_collections
+from flax import nnx
 
+from specjax.bench import DEFAULT_MEDUSA_TREE, timing
 from specjax.bench import methods as mt
-from specjax.bench import timing
+from specjax.bench.markdown import table
+from specjax.bench.workload import check_inputs, prompts_by_category, resolve_models
+from specjax.speedup import (
+    alpha_from_acceptance,
+    alpha_from_tau,
+    expected_speedup,
+    expected_tokens_per_call,
+)
+from specjax.validate import check_int
 
 log = logging.getLogger(__name__)
-
-
-# ------------------------------------------------------------------------------ formulas
-
-
-def _check(alpha, n=None, c=None) -> None:
-    if not isinstance(alpha, numbers.Real) or not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha={alpha!r} must be a number in [0, 1]")
-    if n is not None and (not isinstance(n, numbers.Integral) or n < 0):
-        raise ValueError(f"n={n!r} must be an integer >= 0")
-    if c is not None and (not isinstance(c, numbers.Real) or not c >= 0.0):
-        raise ValueError(f"c={c!r} must be a number >= 0")
-
-
-def expected_tokens_per_call(alpha: float, n: int) -> float:
-    """(1 - alpha^(n+1)) / (1 - alpha): tokens emitted per target call with n drafts.
-
-    Summed as 1 + alpha + ... + alpha^n, exact at alpha = 1 (n + 1).
-    """
-    _check(alpha, n)
-    return float(sum(alpha**i for i in range(n + 1)))
-
-
-def expected_speedup(alpha: float, n: int, c: float) -> float:
-    """(1 - alpha^(n+1)) / ((1 - alpha)(n c + 1)): speedup over autoregressive decoding.
-
-    Args:
-      alpha: per-token acceptance probability in [0, 1].
-      n: drafts per step (0 = autoregressive: speedup 1).
-      c: cost of one draft step in target steps (>= 0).
-    """
-    _check(alpha, n, c)
-    return expected_tokens_per_call(alpha, n) / (n * c + 1.0)
-
-
-def optimal_n(alpha: float, c: float, n_max: int) -> int:
-    """The N in 0..n_max with the highest expected speedup (0 = do not speculate).
-
-    Ties go to the smaller N (less draft work for the same gain).
-    """
-    _check(alpha, n_max, c)
-    speedups = [expected_speedup(alpha, n, c) for n in range(n_max + 1)]
-    best = max(speedups)
-    return next(n for n, s in enumerate(speedups) if s >= best - 1e-12)
-
-
-def alpha_from_tau(tau: float, n: int) -> float:
-    """The alpha whose expected tokens per call with n drafts is tau (inverse of the above).
-
-    Args:
-      tau: measured mean accepted length (tokens per target call), in [1, n + 1].
-      n: drafts per step (>= 1).
-    Returns:
-      alpha in [0, 1] (bisection; the map alpha -> tau is increasing).
-    """
-    if not isinstance(n, numbers.Integral) or n < 1:
-        raise ValueError(f"n={n!r} must be an integer >= 1")
-    if not 1.0 - 1e-9 <= tau <= n + 1.0 + 1e-9:
-        raise ValueError(f"tau={tau!r} is out of range [1, {n + 1}] for n={n}")
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        if expected_tokens_per_call(mid, n) < tau:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
-
-
-def alpha_from_acceptance(acceptance_by_position) -> float | None:
-    """Maximum-likelihood alpha from unconditional acceptance by position.
-
-    Args:
-      acceptance_by_position: u_1..u_N, u_i = P(a step accepts >= i drafts).
-    Returns:
-      sum_{i=1..N} u_i / sum_{i=0..N-1} u_i (u_0 = 1): accepted over attempted drafts;
-      None for an empty list (autoregressive).
-    """
-    u = [float(x) for x in acceptance_by_position]
-    if not u:
-        return None
-    return sum(u) / (1.0 + sum(u[:-1]))
 
 
 # ------------------------------------------------------------------------------ config
@@ -138,8 +69,9 @@ def default_config() -> ml_collections.ConfigDict:
     """The picker's knobs (see `configs/pick.py`).
 
     Returns:
-      ConfigDict: target / draft paths, methods, the method knobs (the N each method's alpha
-      is measured at: num_speculative_tokens, draft_tree.depth), n_max, temperature, the
+      ConfigDict: target / draft paths, heads (heads.medusa: a heads directory), methods,
+      the method knobs (the N each method's alpha is measured at: num_speculative_tokens,
+      draft_tree.depth; medusa_tree), n_max, temperature, the
       workload (num_prompts per category, prompt_tokens, max_new_tokens, prompts_file, data),
       cost_tokens (generation length for timing c),
       measure / measure_top / repeats (predicted next to measured) and seed.
@@ -147,11 +79,13 @@ def default_config() -> ml_collections.ConfigDict:
     cfg = ml_collections.ConfigDict()
     cfg.target = ""
     cfg.draft = ""
+    cfg.heads = ml_collections.ConfigDict(dict(medusa=""))
     cfg.methods = ("draft_model", "draft_tree", "ngram")
     cfg.num_speculative_tokens = 4
     cfg.draft_tree = ml_collections.ConfigDict(dict(depth=3, width=2))
     cfg.prompt_lookup_min = 1
     cfg.prompt_lookup_max = 3
+    cfg.medusa_tree = DEFAULT_MEDUSA_TREE
     cfg.n_max = 8
     cfg.max_draft_nodes = 64  # trees: depths whose node count exceeds this are not considered
     cfg.temperature = 0.0
@@ -190,8 +124,6 @@ def sample_prompts(cfg, tokenizer) -> dict[str, list[list[int]]]:
     """{category: prompt ids}: the user's prompts file, else held-out prompts per category."""
     if cfg.prompts_file:
         return _file_prompts(cfg, tokenizer)
-    from specjax.bench.harness import prompts_by_category
-
     return prompts_by_category(cfg, tokenizer)
 
 
@@ -251,6 +183,38 @@ def measure_cost_ratio(
     }
 
 
+def measure_head_cost(heads, num_heads: int, target_step_s: float, repeats: int) -> dict:
+    """A head's c: the heads' own forward (batch 1, `num_heads` heads) in target decode steps
+    per head, so that N c is the proposer's cost of a step with N heads, as for a draft LM.
+
+    Timed as 64 forwards inside one jitted loop (no per-call dispatch in the number), fastest
+    of `repeats` (at least 5) runs.
+
+    Returns:
+      {"heads_step_s": seconds per forward of all num_heads heads, "c": that / (num_heads *
+      target_step_s)}.
+    """
+    graphdef, params = nnx.split(heads)
+    calls = 64
+
+    @jax.jit
+    def run(p, h):
+        module = nnx.merge(graphdef, p)
+        # A new input every iteration, so nothing is hoisted out of the loop.
+        body = lambda i, acc: acc + module(h + i.astype(h.dtype), num_heads)[:, :, :1]  # noqa: E731
+        return jax.lax.fori_loop(0, calls, body, jnp.zeros((1, num_heads, 1), jnp.float32))
+
+    h = jnp.zeros((1, heads.config.hidden_size), jnp.float32)
+    jax.block_until_ready(run(params, h))  # compile
+    times = []
+    for _ in range(max(int(repeats), 5)):
+        start = time.perf_counter()
+        jax.block_until_ready(run(params, h))
+        times.append((time.perf_counter() - start) / calls)
+    step = min(times)
+    return {"heads_step_s": step, "c": step / (num_heads * target_step_s)}
+
+
 def _measure_alpha(cfg, runner, workloads, name, draft) -> dict:
     spec = mt.speculative_config(name, cfg, draft)
     per_category = {}
@@ -273,11 +237,13 @@ def _measure_alpha(cfg, runner, workloads, name, draft) -> dict:
     }
 
 
-def _predictions(cfg, name: str, alpha: float, c: float) -> list[dict]:
-    """Predicted tau and speedup for N = 1..n_max (trees: up to max_draft_nodes nodes)."""
+def _predictions(cfg, name: str, alpha: float, c: float, n_limit: int | None = None) -> list[dict]:
+    """Predicted tau and speedup for N = 1..n_max (trees: up to max_draft_nodes nodes; head
+    methods: up to the heads stored, `n_limit`)."""
     method = mt.get_method(name)
     rows = []
-    for n in range(1, int(cfg.n_max) + 1):
+    last = int(cfg.n_max) if n_limit is None else min(int(cfg.n_max), n_limit)
+    for n in range(1, last + 1):
         nodes = method.num_nodes(cfg, n)
         if n > 1 and nodes > cfg.max_draft_nodes:
             break
@@ -319,24 +285,25 @@ def _measure_candidates(cfg, runner, workloads, candidates, draft, per_method) -
     return rows
 
 
-def pick(cfg, workdir, *, target=None, draft=None) -> dict:
+def pick(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
     """Measure alpha and c, predict every method x N, pick the best, check it by measuring.
+
+    c is the draft LM's decode step over the target's for draft_model and draft_tree, the
+    heads' own forward per head (`measure_head_cost`) for head methods, and 0 for ngram.
 
     Args:
       cfg: a `default_config()` ConfigDict.
       workdir: output directory for recommendation.md / recommendation.json (created).
       target, draft: optional Models used instead of `cfg.target` / `cfg.draft`.
+      heads: optional {slot: heads} used instead of `cfg.heads.<slot>` paths.
     Returns:
       The recommendation dict written to recommendation.json: machine, config, cost,
       methods ({name: alpha, c, predictions, ...}), choice and measured.
     """
-    from specjax.bench.harness import resolve_models
-
     names = [m for m in cfg.methods if m != "autoregressive"]
-    mt.check_methods(names, draft if draft is not None else (cfg.draft or None))
-    if not isinstance(cfg.n_max, numbers.Integral) or not 1 <= cfg.n_max <= 16:
-        raise ValueError(f"n_max={cfg.n_max!r} must be an integer in [1, 16]")
-    target, draft, timed_draft = resolve_models(cfg, target, draft)
+    check_inputs(cfg, draft, heads)
+    check_int("n_max", cfg.n_max, 1, 16)
+    target, draft, drafts = resolve_models(cfg, target, draft, heads)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     prompts = sample_prompts(cfg, target.tokenizer)
@@ -345,14 +312,24 @@ def pick(cfg, workdir, *, target=None, draft=None) -> dict:
     first_prompt = next(iter(prompts.values()))[0]
     log.info("pick 1/3: draft/target cost ratio")
     cost = measure_cost_ratio(
-        target, timed_draft, first_prompt, cfg.cost_tokens, cfg.repeats, cfg.temperature
+        target, drafts.model, first_prompt, cfg.cost_tokens, cfg.repeats, cfg.temperature
     )
+    head_cost = {
+        slot: measure_head_cost(h, min(int(cfg.num_speculative_tokens), h.config.num_heads),
+                                cost["target_step_s"], cfg.repeats)
+        for slot, h in drafts.heads
+    }  # fmt: skip
+    cost["heads"] = head_cost
     log.info("pick 2/3: alpha of %s at T=%g", ", ".join(names), cfg.temperature)
     per_method = {}
     for name in names:
-        entry = _measure_alpha(cfg, runner, workloads, name, timed_draft)
-        entry["c"] = cost["c"] if mt.get_method(name).needs_draft else 0.0
-        entry["predictions"] = _predictions(cfg, name, entry["alpha"], entry["c"])
+        entry = _measure_alpha(cfg, runner, workloads, name, drafts)
+        method, limit = mt.get_method(name), None
+        entry["c"] = cost["c"] if method.needs_draft else 0.0
+        if method.needs_heads:
+            entry["c"] = head_cost[method.needs_heads]["c"]
+            limit = drafts.head(method.needs_heads).config.num_heads
+        entry["predictions"] = _predictions(cfg, name, entry["alpha"], entry["c"], limit)
         per_method[name] = entry
         log.info("%s: tau %.2f, alpha %.3f, c %.3f", name, entry["tau"], entry["alpha"], entry["c"])
     ranked = sorted(
@@ -372,7 +349,7 @@ def pick(cfg, workdir, *, target=None, draft=None) -> dict:
     if cfg.measure and best_per_method:
         top = best_per_method[: max(int(cfg.measure_top), 1)]
         log.info("pick 3/3: measuring %s", ", ".join(f"{r['method']} N={r['n']}" for r in top))
-        measured = _measure_candidates(cfg, runner, workloads, top, timed_draft, per_method)
+        measured = _measure_candidates(cfg, runner, workloads, top, drafts, per_method)
     choice = _choose(best_per_method, measured)
     result = {
         "machine": timing.machine_info(),
@@ -415,6 +392,34 @@ def _fmt(x, spec=".2f") -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def _candidates_table(result: dict) -> str:
+    """Predicted next to measured for the measured candidates (else the top 5 predicted)."""
+    header = ["method", "N", "draft nodes", "predicted tau", "measured tau"]
+    header += ["predicted speedup", "measured speedup", "step overhead"]
+    rows = [
+        [r["method"], r["n"], r["draft_nodes"], _fmt(r["predicted_tau"]),
+         _fmt(r.get("measured_tau")), f"{_fmt(r['predicted_speedup'])}x",
+         f"{_fmt(r.get('measured_speedup'))}x", _fmt(r.get("overhead_steps"))]
+        for r in result["measured"] or result["ranked"][:5]
+    ]  # fmt: skip
+    return table(header, rows, "lrrrrrrr")
+
+
+def _methods_table(result: dict) -> str:
+    """Per method: what was measured (tau, alpha, c) and its best predicted N."""
+    header = ["method", "measured at N", "tau", "alpha (MLE)", "alpha from tau", "c"]
+    header += ["best N", "predicted speedup at best N"]
+    rows = []
+    for name, e in result["methods"].items():
+        best = max(e["predictions"], key=lambda p: p["speedup"])
+        rows.append(
+            [name, e["n_measured"], f"{e['tau']:.2f}", f"{e['alpha']:.3f}",
+             f"{e['alpha_from_tau']:.3f}", _fmt(e["c"], ".3f"), best["n"],
+             f"{best['speedup']:.2f}x"]
+        )  # fmt: skip
+    return table(header, rows, "lrrrrrrr")
+
+
 def recommendation_markdown(result: dict, workdir) -> str:
     """recommendation.md: the pick, predicted vs measured, and what the prediction used."""
     choice, cfg, cost = result["choice"], result["config"], result["cost"]
@@ -438,38 +443,22 @@ def recommendation_markdown(result: dict, workdir) -> str:
         "",
         "## Predicted vs measured",
         "",
-        "| method | N | draft nodes | predicted tau | measured tau | predicted speedup "
-        "| measured speedup | step overhead |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for r in result["measured"] or result["ranked"][:5]:
-        lines.append(
-            f"| {r['method']} | {r['n']} | {r['draft_nodes']} | {_fmt(r['predicted_tau'])} | "
-            f"{_fmt(r.get('measured_tau'))} | {_fmt(r['predicted_speedup'])}x | "
-            f"{_fmt(r.get('measured_speedup'))}x | {_fmt(r.get('overhead_steps'))} |"
-        )
-    lines += [
+        _candidates_table(result),
         "",
         "## What the prediction used",
         "",
         f"Cost ratio c = draft step / target step = {_fmt(cost['c'], '.3f')} "
         f"(target {_fmt(cost['target_step_s'] * 1e3, '.2f')} ms/token, draft "
         f"{_fmt(None if cost['draft_step_s'] is None else cost['draft_step_s'] * 1e3, '.2f')} "
-        f"ms/token, batch 1, T={cfg['temperature']:g}); methods without a draft model use "
-        "c = 0.",
-        "",
-        "| method | measured at N | tau | alpha (MLE) | alpha from tau | c | best N | "
-        "predicted speedup at best N |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for name, e in result["methods"].items():
-        best = max(e["predictions"], key=lambda p: p["speedup"])
-        lines.append(
-            f"| {name} | {e['n_measured']} | {e['tau']:.2f} | {e['alpha']:.3f} | "
-            f"{e['alpha_from_tau']:.3f} | {_fmt(e['c'], '.3f')} | {best['n']} | "
-            f"{best['speedup']:.2f}x |"
+        f"ms/token, batch 1, T={cfg['temperature']:g}); head methods use the heads' own "
+        "forward per head in target steps"
+        + "".join(
+            f" ({slot}: {h['heads_step_s'] * 1e3:.3f} ms for the heads used, c = {h['c']:.3f})"
+            for slot, h in cost.get("heads", {}).items()
         )
-    lines += [
+        + "; ngram uses c = 0.",
+        "",
+        _methods_table(result),
         "",
         "Model: speedup = (1 - a^(N+1)) / ((1 - a)(N c + 1)) with i.i.d. acceptance a "
         "(Leviathan et al. 2023). It ignores the verification pass growing with N (and with "

@@ -1,8 +1,9 @@
 """Sampling: the one place that turns logits into the distribution a token is drawn from.
 
 Target and draft both sample from `processed_probs(logits, params)`, and the verifier
-compares exactly these distributions (p and q in DESIGN.md), so a lossless verifier keeps
-the target's output distribution only if every caller goes through this file.
+compares exactly these distributions (p, the target's, and q, the draft's, in
+`specjax/decoding/verify.py`), so a lossless verifier keeps the target's output
+distribution only if every caller goes through this file.
 
 The processing matches transformers' sampling warpers, applied in transformers' order with
 `min_tokens_to_keep=1`: temperature, top-k, top-p, min-p. All math runs in float32 whatever
@@ -34,32 +35,14 @@ any leading batch axes, e.g. [B] or [B, P].
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 
+from specjax.validate import check_int, check_real
+
 _MAX_SEED = 2**32 - 1  # jax.random.key keeps only 32 seed bits unless x64 is on
-
-
-def _invalid(field: str, value, rule: str, owner: str = "SamplingParams") -> ValueError:
-    return ValueError(f"{owner}.{field}={value!r} is invalid: must be {rule}")
-
-
-def _is_real(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _check_seed(field: str, value, owner: str = "SamplingParams") -> int:
-    if not _is_int(value) or not 0 <= value <= _MAX_SEED:
-        raise _invalid(field, value, f"an integer in [0, {_MAX_SEED}]", owner)
-    return int(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,22 +66,19 @@ class SamplingParams:
     seed: int = 0
 
     def __post_init__(self):
-        t = self.temperature
-        if not _is_real(t) or not math.isfinite(t) or t < 0:
-            raise _invalid("temperature", t, "a finite number >= 0")
-        if not _is_int(self.top_k) or self.top_k < 0:
-            raise _invalid("top_k", self.top_k, "an integer >= 0 (0 = off)")
-        if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
-            raise _invalid("top_p", self.top_p, "a number in (0, 1] (1 = off)")
-        if not _is_real(self.min_p) or not 0 <= self.min_p <= 1:
-            raise _invalid("min_p", self.min_p, "a number in [0, 1] (0 = off)")
-        seed = _check_seed("seed", self.seed)
-        # Normalise numpy scalars and ints to plain python types so equal params hash equal.
-        object.__setattr__(self, "temperature", float(t))
-        object.__setattr__(self, "top_k", int(self.top_k))
-        object.__setattr__(self, "top_p", float(self.top_p))
-        object.__setattr__(self, "min_p", float(self.min_p))
-        object.__setattr__(self, "seed", seed)
+        # Checked values are plain python numbers (numpy scalars and ints normalised), so
+        # equal params hash equal.
+        checked = {
+            "temperature": check_real("SamplingParams.temperature", self.temperature, 0.0),
+            "top_k": check_int("SamplingParams.top_k", self.top_k, 0, note="0 = off"),
+            "top_p": check_real(
+                "SamplingParams.top_p", self.top_p, 0.0, 1.0, lo_open=True, note="1 = off"
+            ),
+            "min_p": check_real("SamplingParams.min_p", self.min_p, 0.0, 1.0, note="0 = off"),
+            "seed": check_int("SamplingParams.seed", self.seed, 0, _MAX_SEED),
+        }
+        for field, value in checked.items():
+            object.__setattr__(self, field, value)
 
     @property
     def greedy(self) -> bool:
@@ -106,8 +86,7 @@ class SamplingParams:
 
     def check_vocab(self, vocab_size: int) -> None:
         """Raises ValueError if these params cannot apply to a vocabulary of vocab_size tokens."""
-        if self.top_k > vocab_size:
-            raise _invalid("top_k", self.top_k, f"<= vocab_size ({vocab_size})")
+        check_int("SamplingParams.top_k", self.top_k, hi=vocab_size, note="vocab_size")
 
 
 def greedy_argmax(logits: jax.Array) -> jax.Array:
@@ -265,7 +244,7 @@ def row_keys(seed: int, batch: int, seeds: Sequence[int] | None = None) -> jax.A
     if len(seeds) != batch:
         raise ValueError(f"row_keys: len(seeds)={len(seeds)} must equal batch={batch}")
     if not isinstance(seeds, jax.Array):
-        seeds = [_check_seed(f"seeds[{b}]", s, owner="row_keys") for b, s in enumerate(seeds)]
+        seeds = [check_int(f"row_keys.seeds[{b}]", s, 0, _MAX_SEED) for b, s in enumerate(seeds)]
     return jax.vmap(jax.random.key)(jnp.asarray(seeds, dtype=jnp.uint32))  # [B]
 
 

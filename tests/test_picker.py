@@ -1,4 +1,4 @@
-"""The picker: its formulas against hand-computed values, and a tiny end-to-end pick."""
+"""The picker: its predictions per method x N, and a tiny end-to-end pick."""
 
 import importlib.util
 import json
@@ -6,100 +6,14 @@ from pathlib import Path
 
 import pytest
 
+import specjax as sj
 from specjax import picker
+from specjax.speedup import expected_speedup
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-# ---------------------------------------------------------------------------- formulas
-
-
-@pytest.mark.parametrize(
-    "alpha, n, expected",
-    [
-        (0.5, 2, 1.75),  # 1 + 0.5 + 0.25
-        (0.8, 1, 1.8),
-        (0.0, 5, 1.0),  # nothing accepted: the target's own token only
-        (1.0, 3, 4.0),  # everything accepted: N + 1
-        (0.6, 3, 2.176),  # 1 + 0.6 + 0.36 + 0.216
-        (0.5, 0, 1.0),
-    ],
-)
-def test_expected_tokens_per_call(alpha, n, expected):
-    assert picker.expected_tokens_per_call(alpha, n) == pytest.approx(expected, abs=1e-12)
-    if alpha < 1:
-        closed = (1 - alpha ** (n + 1)) / (1 - alpha)
-        assert picker.expected_tokens_per_call(alpha, n) == pytest.approx(closed)
-
-
-@pytest.mark.parametrize(
-    "alpha, n, c, expected",
-    [
-        (0.5, 2, 0.1, 1.75 / 1.2),
-        (0.6, 2, 0.2, 1.96 / 1.4),  # = 1.4
-        (0.6, 1, 0.2, 1.6 / 1.2),
-        (0.8, 4, 0.0, 3.3616),  # free drafts: speedup = tokens per call
-        (0.2, 1, 0.5, 1.2 / 1.5),  # 0.8: slower than autoregressive
-        (0.9, 0, 0.3, 1.0),  # N = 0 is autoregressive
-    ],
-)
-def test_expected_speedup(alpha, n, c, expected):
-    assert picker.expected_speedup(alpha, n, c) == pytest.approx(expected, abs=1e-12)
-
-
-def test_optimal_n_hand_computed():
-    # alpha 0.6, c 0.2: N=1 1.333, N=2 1.400, N=3 1.360 -> 2.
-    assert picker.optimal_n(0.6, 0.2, 8) == 2
-    # alpha 0.2, c 0.5: every N is below 1 -> do not speculate.
-    assert picker.optimal_n(0.2, 0.5, 8) == 0
-    # alpha 0.8, c 0.05: 1.714, 2.218, 2.567, 2.801, 2.951, 3.040, 3.082, 3.092, (N=9) 3.078.
-    assert picker.optimal_n(0.8, 0.05, 8) == 8
-    assert picker.optimal_n(0.8, 0.05, 12) == 8
-    assert picker.optimal_n(0.8, 0.05, 5) == 5
-    # Free drafts and perfect acceptance: ties never happen, the longest chain wins.
-    assert picker.optimal_n(1.0, 0.0, 6) == 6
-    # alpha 0: speculation never helps; the tie at c = 0 goes to the smaller N.
-    assert picker.optimal_n(0.0, 0.0, 8) == 0
-
-
-def test_alpha_from_tau_inverts_expected_tokens():
-    assert picker.alpha_from_tau(1.75, 2) == pytest.approx(0.5, abs=1e-12)
-    assert picker.alpha_from_tau(1.8, 1) == pytest.approx(0.8, abs=1e-12)
-    assert picker.alpha_from_tau(1.0, 4) == pytest.approx(0.0, abs=1e-12)
-    assert picker.alpha_from_tau(5.0, 4) == pytest.approx(1.0, abs=1e-12)
-    for n in (1, 2, 4, 8):
-        for alpha in (0.05, 0.3, 0.55, 0.8, 0.97):
-            tau = picker.expected_tokens_per_call(alpha, n)
-            assert picker.alpha_from_tau(tau, n) == pytest.approx(alpha, abs=1e-9)
-    with pytest.raises(ValueError, match="tau=3.5 is out of range"):
-        picker.alpha_from_tau(3.5, 2)
-    with pytest.raises(ValueError, match="n=0"):
-        picker.alpha_from_tau(1.5, 0)
-
-
-def test_alpha_from_acceptance():
-    # i.i.d. acceptance u_i = alpha^i gives alpha back exactly.
-    assert picker.alpha_from_acceptance([0.5, 0.25]) == pytest.approx(0.5)
-    assert picker.alpha_from_acceptance([0.7**i for i in range(1, 6)]) == pytest.approx(0.7)
-    # (0.8 + 0.4) / (1 + 0.8): accepted over attempted drafts.
-    assert picker.alpha_from_acceptance([0.8, 0.4]) == pytest.approx(2 / 3)
-    assert picker.alpha_from_acceptance([0.0, 0.0, 0.0]) == 0.0
-    assert picker.alpha_from_acceptance([1.0, 1.0]) == 1.0
-    assert picker.alpha_from_acceptance([]) is None
-
-
-@pytest.mark.parametrize(
-    "call",
-    [
-        lambda: picker.expected_tokens_per_call(1.5, 2),
-        lambda: picker.expected_tokens_per_call(0.5, -1),
-        lambda: picker.expected_speedup(0.5, 2, -0.1),
-        lambda: picker.optimal_n(0.5, 0.1, 2.5),
-    ],
-)
-def test_formulas_reject_bad_inputs(call):
-    with pytest.raises(ValueError):
-        call()
+# ---------------------------------------------------------------------------- predictions
 
 
 def test_predictions_cap_tree_size():
@@ -124,7 +38,7 @@ def pair(tiny_bench_pair):
 
 def tiny_pick_config():
     cfg = picker.default_config()
-    cfg.methods = ("draft_model", "ngram")
+    cfg.methods = ("draft_model", "ngram", "medusa_chain")
     cfg.num_speculative_tokens = 2
     cfg.n_max = 4
     cfg.num_prompts = 2
@@ -139,24 +53,30 @@ def tiny_pick_config():
 def test_pick_end_to_end(pair, tmp_path):
     target, draft = pair
     cfg = tiny_pick_config()
-    rec = picker.pick(cfg, tmp_path, target=target, draft=draft)
+    heads = sj.MedusaHeads.for_target(target, num_heads=3)
+    rec = picker.pick(cfg, tmp_path, target=target, draft=draft, heads={"medusa": heads})
     on_disk = json.loads((tmp_path / "recommendation.json").read_text())
     assert on_disk["choice"] == rec["choice"]
     cost = rec["cost"]
-    assert cost["target_step_s"] > 0 and cost["draft_step_s"] > 0 and cost["c"] > 0
+    assert cost["c"] == pytest.approx(cost["draft_step_s"] / cost["target_step_s"])
     assert cost["lengths"] == [9, 16]
-    assert set(rec["methods"]) == {"draft_model", "ngram"}
+    head_cost = cost["heads"]["medusa"]  # the heads' own forward, 2 heads (N = 2)
+    assert head_cost["c"] == pytest.approx(head_cost["heads_step_s"] / (2 * cost["target_step_s"]))
+    assert set(rec["methods"]) == {"draft_model", "ngram", "medusa_chain"}
     for name, entry in rec["methods"].items():
         assert 0.0 <= entry["alpha"] <= 1.0 and entry["n_measured"] == 2
-        assert entry["c"] == (cost["c"] if name == "draft_model" else 0.0)
-        assert [p["n"] for p in entry["predictions"]] == [1, 2, 3, 4]
+        want_c = {"draft_model": cost["c"], "ngram": 0.0, "medusa_chain": head_cost["c"]}[name]
+        assert entry["c"] == want_c
+        # Medusa cannot use more heads than the 3 stored.
+        want_n = [1, 2, 3] if name == "medusa_chain" else [1, 2, 3, 4]
+        assert [p["n"] for p in entry["predictions"]] == want_n
         for p in entry["predictions"]:
-            want = picker.expected_speedup(entry["alpha"], p["n"], entry["c"])
+            want = expected_speedup(entry["alpha"], p["n"], entry["c"])
             assert p["speedup"] == pytest.approx(want)
     # The truncated draft shares embedding and head with the target: some drafts accepted.
     assert rec["methods"]["draft_model"]["alpha"] > 0
     ranked = [r["predicted_speedup"] for r in rec["ranked"]]
-    assert ranked == sorted(ranked, reverse=True) and len(ranked) == 8
+    assert ranked == sorted(ranked, reverse=True) and len(ranked) == 11
     (measured,) = rec["measured"]
     best = rec["ranked"][0]
     assert (measured["method"], measured["n"]) == (best["method"], best["n"])
@@ -164,7 +84,13 @@ def test_pick_end_to_end(pair, tmp_path):
     c = rec["methods"][best["method"]]["c"]
     implied = measured["measured_tau"] / measured["measured_speedup"] - (best["n"] * c + 1)
     assert measured["overhead_steps"] == pytest.approx(implied)
-    assert rec["choice"]["method"] in {"draft_model", "ngram", "autoregressive"}
+    # The pick is the measured candidate when it beats autoregressive, else do not speculate.
+    if measured["measured_speedup"] > 1.0:
+        assert (rec["choice"]["method"], rec["choice"]["n"]) == (best["method"], best["n"])
+        assert rec["choice"]["basis"] == "measured_speedup"
+    else:
+        assert rec["choice"]["method"] == "autoregressive" and rec["choice"]["n"] == 0
+        assert f"{measured['measured_speedup']:.2f}x <= 1" in rec["choice"]["basis"]
     md = (tmp_path / "recommendation.md").read_text()
     assert "## Predicted vs measured" in md
     assert f"| {best['method']} | {best['n']} | {best['draft_nodes']} |" in md

@@ -10,8 +10,9 @@ equal) are lossless; `typical` (Medusa's typical acceptance) is lossy and runs o
 The bench's method builders forward `bench.verification` and `bench.allow_lossy` into each
 speculative_config.
 
-Measured (2026-11-29, 2-core CPU, ~1 min; a quickstart-shaped trained pair: target 6x384,
-draft 2x128, `--config.bench.target=... --config.bench.draft=...`; experiments/LOG.md):
+Measured (2026-11-29, 2-core CPU, ~1 min; pair Q of docs/skill-spec-decode-picker.md: a
+target 6x384 from an earlier quickstart configuration, 300 steps, eval loss 4.41, and the
+2x128 draft, `--config.bench.target=... --config.bench.draft=...`; experiments/LOG.md):
 
 | verification | tau | speedup vs AR |
 | --- | ---: | ---: |

@@ -6,23 +6,31 @@
     cfg.target, cfg.draft = "workdirs/quickstart/target", "workdirs/quickstart/draft"
     results = run_bench(cfg, "workdirs/bench")   # results.json, report.md, plots/*.png
 
-Files: `methods.py` (the registry of method name -> speculative_config), `timing.py`
-(workloads, interleaved timing, pooled acceptance statistics, machine description),
-`harness.py` (the runs), `report.py` (report.md), `plots.py` (PNG plots).
+Files: `methods.py` (the registry of method name -> speculative_config), `workload.py` (the
+models and held-out prompts a run uses, shared with the picker), `timing.py` (batches,
+interleaved timing, pooled acceptance statistics, machine description), `harness.py` (the
+runs), `report.py` (report.md), `plots.py` (PNG plots), `markdown.py` (the one table
+writer) and `plotstyle.py` (the one plot style), `pairs.py` (self-drafts for benchmarks
+without a trained pair). The speedup formulas are `specjax.speedup`.
 """
 
 from __future__ import annotations
 
 import ml_collections
 
+# Medusa's default sparse tree in benchmarks and the quickstart (specjax.decoding.trees).
+DEFAULT_MEDUSA_TREE = "mc_sim_7b_63"
+
 
 def default_config() -> ml_collections.ConfigDict:
     """The benchmark's knobs with their defaults.
 
     Returns:
-      A ConfigDict: target / draft (checkpoint directories, "" = unset), methods (names
-      registered in `specjax.bench.methods`), the method knobs (num_speculative_tokens,
-      draft_tree, prompt_lookup_min/max), the grid (batch_sizes x temperatures), the
+      A ConfigDict: target / draft (checkpoint directories, "" = unset), heads (one slot
+      per head family: heads.medusa = a heads directory or head-training workdir), methods
+      (names registered in `specjax.bench.methods`), the method knobs (num_speculative_tokens,
+      draft_tree, prompt_lookup_min/max, medusa_tree: a named tree cut to
+      num_speculative_tokens heads, "" = a chain), the grid (batch_sizes x temperatures), the
       workload (max_new_tokens, prompt_tokens, num_prompts per category), repeats (timed
       repeats per cell, each interleaved with the autoregressive baseline), tau_vs_n (the
       draft-depth sweep of draft_model at batch 1, at tau_vs_n_temperature, default 0), data (where held-out prompts
@@ -31,11 +39,13 @@ def default_config() -> ml_collections.ConfigDict:
     cfg = ml_collections.ConfigDict()
     cfg.target = ""
     cfg.draft = ""
+    cfg.heads = ml_collections.ConfigDict(dict(medusa=""))
     cfg.methods = ("draft_model", "draft_tree", "ngram")
     cfg.num_speculative_tokens = 4
     cfg.draft_tree = ml_collections.ConfigDict(dict(depth=3, width=2))
     cfg.prompt_lookup_min = 1
     cfg.prompt_lookup_max = 3
+    cfg.medusa_tree = DEFAULT_MEDUSA_TREE
     cfg.batch_sizes = (1, 8)
     cfg.temperatures = (0.0, 1.0)
     cfg.max_new_tokens = 64

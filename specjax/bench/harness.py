@@ -25,54 +25,14 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from specjax import picker
 from specjax.bench import methods as mt
 from specjax.bench import plots, report, timing
-from specjax.io.hf import load_model
-from specjax.models import Model, as_model, check_same_vocabulary
-from specjax.train import data
+from specjax.bench.workload import check_inputs, prompts_by_category, resolve_models
+from specjax.speedup import alpha_from_acceptance
 
 log = logging.getLogger(__name__)
 
 OVERALL = "overall"
-
-
-def resolve_models(cfg, target=None, draft=None) -> tuple[Model, Model | None, Model | None]:
-    """(target, draft, draft for timed calls): given Models win over the config's paths.
-
-    Args:
-      cfg: a config with `target` and `draft` paths ("" = unset).
-      target, draft: optional Models (or Decoders) used instead of the paths.
-    Returns:
-      The target, the draft (None when there is none) and the draft stripped of its
-      tokenizer (its vocabulary already checked against the target's).
-    """
-    if target is None:
-        if not cfg.target:
-            raise ValueError("no target model: set the config's `target` to a checkpoint directory")
-        target = load_model(cfg.target)
-    target = as_model(target)
-    if target.tokenizer is None:
-        raise ValueError("the target model needs a tokenizer (held-out prompts are tokenised)")
-    if draft is None and cfg.draft:
-        draft = load_model(cfg.draft)
-    if draft is None:
-        return target, None, None
-    draft = as_model(draft)
-    check_same_vocabulary(target, draft)
-    return target, draft, Model(draft.module, None, draft.source)
-
-
-def prompts_by_category(cfg, tokenizer) -> dict[str, list[list[int]]]:
-    """{category: prompt ids}: `cfg.num_prompts` held-out prompts of each category."""
-    ds = data.load_text_dataset(cfg.data.source)
-    _, eval_ds = data.split_dataset(ds, cfg.data.eval_fraction, cfg.data.seed)
-    grouped: dict[str, list[list[int]]] = {}
-    for category, ids in data.held_out_prompts(
-        eval_ds, tokenizer, cfg.num_prompts, cfg.prompt_tokens, cfg.seed
-    ):
-        grouped.setdefault(category, []).append(ids)
-    return grouped
 
 
 def _cell_rows(name, batch_size, temperature, measured) -> list[dict]:
@@ -95,11 +55,12 @@ def _cell_rows(name, batch_size, temperature, measured) -> list[dict]:
                 "batch_size": batch_size,
                 "temperature": temperature,
                 "tau": entry["stats"]["tau"],
+                "lossy": entry["stats"]["lossy"],
                 "acceptance_by_position": entry["stats"]["acceptance_by_position"],
                 "conditional_acceptance_by_position": entry["stats"][
                     "conditional_acceptance_by_position"
                 ],
-                "alpha": picker.alpha_from_acceptance(entry["stats"]["acceptance_by_position"]),
+                "alpha": alpha_from_acceptance(entry["stats"]["acceptance_by_position"]),
                 **{key: entry["stats"][key] for key in timing.POSITION_COUNTS},
                 "steps": entry["stats"]["steps"],
                 "generated_tokens": tokens,
@@ -142,11 +103,18 @@ def _tau_vs_n(cfg, runner, workloads, draft, progress) -> list[dict]:
     return points
 
 
+def _invoked(argv: list[str]) -> str:
+    """The command line that started this process, as a user types it."""
+    path = Path(argv[0]) if argv else Path("python")
+    if path.parent.name == "launch" and path.suffix == ".py":  # python -m launch.<name>
+        return shlex.join(["python", "-m", f"launch.{path.stem}", *argv[1:]])
+    if path.name == "specjax":  # the console script
+        return shlex.join(["specjax", *argv[1:]])
+    return shlex.join(["python", *argv])
+
+
 def _command(cfg, workdir, target, draft) -> dict:
-    argv = sys.argv
-    invoked = shlex.join(["python", "-m", "launch.main", *argv[1:]])
-    if not argv or not argv[0].endswith(("launch/main.py", "launch.main")):
-        invoked = shlex.join(["python", *argv])
+    invoked = _invoked(sys.argv)
     reproduce = shlex.join(
         [
             "python",
@@ -161,13 +129,23 @@ def _command(cfg, workdir, target, draft) -> dict:
     return {"invoked": invoked, "reproduce": reproduce}
 
 
-def run_bench(cfg, workdir, *, target=None, draft=None) -> dict:
+def _describe_heads(heads) -> str:
+    c = heads.config
+    return (
+        f"{c.method} heads: K={c.num_heads}, {c.num_layers} block(s), "
+        f"{c.num_params() / 1e6:.2f}M params, base {c.base_model or '?'}"
+    )
+
+
+def run_bench(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
     """Benchmark every method in `cfg.methods` against autoregressive decoding.
 
     Args:
-      cfg: a `specjax.bench.default_config()` ConfigDict (target/draft paths, methods, grid).
+      cfg: a `specjax.bench.default_config()` ConfigDict (target/draft/heads paths, methods,
+        grid).
       workdir: output directory (created).
       target, draft: optional Models used instead of `cfg.target` / `cfg.draft`.
+      heads: optional {slot: heads} used instead of `cfg.heads.<slot>` paths.
     Returns:
       The results dict written to `<workdir>/results.json`: {"machine", "config", "runs",
       "tau_vs_n", "models", "command", "prompts"}; each run row has method, category,
@@ -175,9 +153,9 @@ def run_bench(cfg, workdir, *, target=None, draft=None) -> dict:
       conditional_acceptance_by_position, tokens_per_s, ar_tokens_per_s, speedup,
       compile_s, times_s (and more).
     """
-    # Names and the need for a draft are checked before any model is loaded.
-    mt.check_methods(cfg.methods, draft if draft is not None else (cfg.draft or None))
-    target, draft, timed_draft = resolve_models(cfg, target, draft)
+    # Names and the need for a draft or heads are checked before any model is loaded.
+    check_inputs(cfg, draft, heads)
+    target, draft, drafts = resolve_models(cfg, target, draft, heads)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     machine = timing.machine_info()
@@ -194,18 +172,22 @@ def run_bench(cfg, workdir, *, target=None, draft=None) -> dict:
     with tqdm(total=len(grid) + len(sweep), desc="bench", unit="run") as progress:
         for name, batch_size, temperature in grid:
             progress.set_postfix_str(f"{name} b={batch_size} T={temperature}")
-            spec = mt.speculative_config(name, cfg, timed_draft)
+            spec = mt.speculative_config(name, cfg, drafts)
             workloads = {c: timing.make_batches(p, batch_size) for c, p in prompts.items()}
             measured = runner.compare(workloads, temperature, spec, int(cfg.repeats))
             runs += _cell_rows(name, batch_size, temperature, measured)
             progress.update()
         progress.set_postfix_str("tau vs N")
         singles = {c: timing.make_batches(p, 1) for c, p in prompts.items()}
-        tau_vs_n = _tau_vs_n(cfg, runner, singles, timed_draft, progress) if sweep else []
+        tau_vs_n = _tau_vs_n(cfg, runner, singles, drafts, progress) if sweep else []
     results = {
         "machine": machine,
         "config": cfg.to_dict(),
-        "models": {"target": repr(target), "draft": repr(draft) if draft else None},
+        "models": {
+            "target": repr(target),
+            "draft": repr(draft) if draft else None,
+            **{f"heads.{slot}": _describe_heads(h) for slot, h in drafts.heads},
+        },
         "prompts": {c: len(p) for c, p in prompts.items()},
         "command": _command(cfg, workdir, target, draft),
         "runs": runs,

@@ -1,20 +1,22 @@
 """The benchmark's method registry: a name -> a `speculative_config` for `sj.generate`.
 
-A method is a function `fn(cfg, draft) -> dict | None` registered under a name; it reads
+A method is a function `fn(cfg, drafts) -> dict | None` registered under a name; it reads
 what it needs from the benchmark config (`num_speculative_tokens`, `draft_tree`,
-`prompt_lookup_min`, ...) and the draft `Model` (None when the run has none) and returns the
-`speculative_config` to pass to `generate`, or None for plain autoregressive decoding.
+`prompt_lookup_min`, `medusa_tree`, ...) and from `drafts` (a `Drafts`: the draft LM and the
+trained head sets, each None when the run has none) and returns the `speculative_config` to
+pass to `generate`, or None for plain autoregressive decoding.
 
-    @register_method("medusa", depth_key="num_speculative_tokens")
-    def _medusa(cfg, draft):
-        return {"method": "medusa", "num_speculative_tokens": cfg.num_speculative_tokens, ...}
+    @register_method("medusa", needs_heads="medusa")
+    def _medusa(cfg, drafts):
+        return {"method": "medusa", "model": drafts.head("medusa"), ...}
 
 `depth_key` names the config field that plays the role of N (the draft depth) for that
 method, so that sweeps (tau vs N in the harness, N = 1..n_max in the picker) can vary it
-without knowing the method: "num_speculative_tokens" for chains, "draft_tree.depth" for
-the top-k tree. `needs_draft` makes a missing draft model a clear error before anything runs. `nodes(cfg, n)`
-gives the draft nodes the target verifies per step at depth n (default n: a chain), the
-width cost that the picker's acceptance model does not see.
+without knowing the method: "num_speculative_tokens" for chains and Medusa (heads used),
+"draft_tree.depth" for the top-k tree. `needs_draft` / `needs_heads` make a missing draft
+model or head set a clear error before anything runs. `nodes(cfg, n)` gives the draft nodes
+the target verifies per step at depth n (default n: a chain), the width cost that the
+picker's acceptance model does not see.
 """
 
 from __future__ import annotations
@@ -23,6 +25,30 @@ import dataclasses
 from collections.abc import Callable
 
 import ml_collections
+
+from specjax.decoding import trees
+
+
+@dataclasses.dataclass(frozen=True)
+class Drafts:
+    """What the methods draft with: the draft LM and trained head sets (None when absent).
+
+    Attributes:
+      model: the draft LM (`draft_model`, `draft_tree`).
+      heads: (slot, heads) pairs, e.g. ("medusa", MedusaHeads); a slot per head family.
+    """
+
+    model: object | None = None
+    heads: tuple = ()
+
+    def head(self, slot: str):
+        """The head set in `slot`, or None."""
+        return dict(self.heads).get(slot)
+
+
+def as_drafts(drafts) -> Drafts:
+    """A Drafts, or a bare draft model (or None) taken as Drafts(model=...)."""
+    return drafts if isinstance(drafts, Drafts) else Drafts(model=drafts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +60,7 @@ class Method:
     needs_draft: bool = False
     depth_key: str | None = "num_speculative_tokens"  # None: the method has no N
     nodes: Callable | None = None  # (cfg, n) -> draft nodes per step; None: n (a chain)
+    needs_heads: str | None = None  # the head slot it drafts with ("medusa"), if any
 
     def num_nodes(self, cfg, n: int) -> int:
         """Draft nodes the target verifies per step at depth n."""
@@ -49,12 +76,14 @@ def register_method(
     needs_draft: bool = False,
     depth_key: str | None = "num_speculative_tokens",
     nodes: Callable | None = None,
+    needs_heads: str | None = None,
 ):
-    """Decorator: register `fn(cfg, draft) -> speculative_config | None` under `name`.
+    """Decorator: register `fn(cfg, drafts) -> speculative_config | None` under `name`.
 
     Args:
       name: the method's name in `cfg.methods`.
       needs_draft: the method drafts with the separate draft model (`cfg.draft`).
+      needs_heads: the head slot it drafts with (`cfg.heads.<slot>`), e.g. "medusa".
       depth_key: dotted config field holding the draft depth N; None if it has none.
       nodes: `(cfg, n) -> int` draft nodes verified per step at depth n; None = n (chain).
     Returns:
@@ -64,7 +93,7 @@ def register_method(
     def decorator(fn):
         if name in _REGISTRY and _REGISTRY[name].fn is not fn:
             raise ValueError(f"benchmark method {name!r} is already registered")
-        _REGISTRY[name] = Method(name, fn, needs_draft, depth_key, nodes)
+        _REGISTRY[name] = Method(name, fn, needs_draft, depth_key, nodes, needs_heads)
         return fn
 
     return decorator
@@ -84,15 +113,24 @@ def get_method(name: str) -> Method:
     return _REGISTRY[name]
 
 
-def check_methods(names, draft) -> None:
-    """Fail early: every name registered, and a draft model present where one is needed."""
+def check_methods(names, drafts) -> None:
+    """Fail early: every name registered, and a draft model or head set present where one is
+    needed. `drafts`: a Drafts (or a bare draft model / None); paths count as present."""
     if isinstance(names, str):
         raise ValueError(f"methods must be a list of names, got the string {names!r}")
-    for method in [get_method(name) for name in names]:  # every name first, then the draft
-        if method.needs_draft and draft is None:
+    drafts = as_drafts(drafts)
+    for method in [get_method(name) for name in names]:  # every name first, then the drafts
+        if method.needs_draft and drafts.model is None:
             raise ValueError(
                 f"benchmark method {method.name!r} needs a draft model: set the config's `draft` "
                 "to a checkpoint directory (or pass draft=Model)"
+            )
+        if method.needs_heads and drafts.head(method.needs_heads) is None:
+            slot = method.needs_heads
+            raise ValueError(
+                f"benchmark method {method.name!r} needs {slot} heads: set the config's "
+                f"`heads.{slot}` to a heads directory or head-training workdir (or pass "
+                f"heads={{'{slot}': heads}})"
             )
 
 
@@ -121,10 +159,13 @@ def depth_of(cfg, name: str) -> int:
     return int(node)
 
 
-def speculative_config(name: str, cfg, draft) -> dict | None:
-    """The `speculative_config` for method `name` under `cfg` (None = autoregressive)."""
-    check_methods([name], draft)
-    return get_method(name).fn(cfg, draft)
+def speculative_config(name: str, cfg, drafts) -> dict | None:
+    """The `speculative_config` for method `name` under `cfg` (None = autoregressive).
+
+    `drafts`: a Drafts, or a bare draft model (or None)."""
+    drafts = as_drafts(drafts)
+    check_methods([name], drafts)
+    return get_method(name).fn(cfg, drafts)
 
 
 # ----------------------------------------------------------------------------- built-ins
@@ -142,15 +183,15 @@ def _verification(cfg) -> dict:
 
 
 @register_method("autoregressive", depth_key=None)
-def _autoregressive(cfg, draft):
+def _autoregressive(cfg, drafts):
     return None
 
 
 @register_method("draft_model", needs_draft=True)
-def _draft_model(cfg, draft):
+def _draft_model(cfg, drafts):
     return {
         "method": "draft_model",
-        "model": draft,
+        "model": drafts.model,
         "num_speculative_tokens": int(cfg.num_speculative_tokens),
         **_verification(cfg),
     }
@@ -162,11 +203,11 @@ def _tree_nodes(cfg, n: int) -> int:
 
 
 @register_method("draft_tree", needs_draft=True, depth_key="draft_tree.depth", nodes=_tree_nodes)
-def _draft_tree(cfg, draft):
+def _draft_tree(cfg, drafts):
     depth, width = int(cfg.draft_tree.depth), int(cfg.draft_tree.width)
     return {
         "method": "draft_model",
-        "model": draft,
+        "model": drafts.model,
         "num_speculative_tokens": depth,
         "draft_tree": {"depth": depth, "width": width},
         **_verification(cfg),
@@ -174,11 +215,41 @@ def _draft_tree(cfg, draft):
 
 
 @register_method("ngram")
-def _ngram(cfg, draft):
+def _ngram(cfg, drafts):
     return {
         "method": "ngram",
         "num_speculative_tokens": int(cfg.num_speculative_tokens),
         "prompt_lookup_min": int(cfg.prompt_lookup_min),
         "prompt_lookup_max": int(cfg.prompt_lookup_max),
+        **_verification(cfg),
+    }
+
+
+def medusa_tree(cfg, n: int) -> trees.Tree:
+    """Medusa's tree with n heads: `cfg.medusa_tree` cut to depth n (a chain when unset)."""
+    name = cfg.get("medusa_tree", "")
+    return trees.truncate(trees.get_tree(name), n) if name else trees.chain(n)
+
+
+@register_method(
+    "medusa", needs_heads="medusa", nodes=lambda cfg, n: medusa_tree(cfg, n).num_drafts
+)
+def _medusa(cfg, drafts):
+    k = int(cfg.num_speculative_tokens)
+    return {
+        "method": "medusa",
+        "model": drafts.head("medusa"),
+        "num_speculative_tokens": k,
+        "draft_tree": medusa_tree(cfg, k),
+        **_verification(cfg),
+    }
+
+
+@register_method("medusa_chain", needs_heads="medusa")
+def _medusa_chain(cfg, drafts):
+    return {
+        "method": "medusa",
+        "model": drafts.head("medusa"),
+        "num_speculative_tokens": int(cfg.num_speculative_tokens),
         **_verification(cfg),
     }

@@ -16,6 +16,7 @@ from flax import nnx
 
 from specjax.io.hf import export_state, load_state
 from specjax.models import Decoder, Model, as_model, hf_param_names
+from specjax.validate import check_int
 
 
 def truncated_draft(target, num_layers: int) -> Model:
@@ -29,8 +30,7 @@ def truncated_draft(target, num_layers: int) -> Model:
     """
     target = as_model(target)
     total = target.config.num_layers
-    if not isinstance(num_layers, int) or not 1 <= num_layers <= total:
-        raise ValueError(f"num_layers={num_layers!r} must be an integer in [1, {total}]")
+    num_layers = check_int("num_layers", num_layers, 1, total)
     config = dataclasses.replace(target.config, num_layers=num_layers)
     module = nnx.eval_shape(lambda: Decoder(config, nnx.Rngs(0)))
     tensors = export_state(target.module)

@@ -6,15 +6,20 @@ import os
 import statistics
 from pathlib import Path
 
-from specjax import picker
+from specjax.bench.markdown import table
+from specjax.speedup import expected_tokens_per_call
 
 OVERALL = "overall"
 
 
-def _table(header: list[str], rows: list[list]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return lines + [""]
+def method_label(r: dict) -> str:
+    """A row's method name, marked when its verification rule is lossy."""
+    return r["method"] + (" (lossy)" if r.get("lossy") else "")
+
+
+def _table(header: list[str], rows: list[list], align: str | None = None) -> list[str]:
+    """The table's lines and a blank one (report sections are lists of lines)."""
+    return [table(header, rows, align), ""]
 
 
 def _series(values) -> str:
@@ -27,7 +32,7 @@ def _range(r: dict) -> str:
 
 
 def _key(r: dict):
-    return (r["method"], r["batch_size"], r["temperature"])
+    return (method_label(r), r["batch_size"], r["temperature"])
 
 
 def _summary(runs: list[dict]) -> list[str]:
@@ -60,7 +65,7 @@ def _main_tables(runs: list[dict]) -> list[str]:
         ["method", "batch", "T", "tau", "tokens/s", "AR tokens/s", "speedup", "range"],
         [
             [
-                r["method"],
+                method_label(r),
                 r["batch_size"],
                 f"{r['temperature']:g}",
                 f"{r['tau']:.2f}",
@@ -71,6 +76,7 @@ def _main_tables(runs: list[dict]) -> list[str]:
             ]
             for r in overall
         ],
+        "lrrrrrrr",
     )
     per_cat = [r for r in runs if r["category"] != OVERALL]
     lines += ["## Per category", ""]
@@ -78,7 +84,7 @@ def _main_tables(runs: list[dict]) -> list[str]:
         ["method", "category", "batch", "T", "tau", "tokens/s", "speedup"],
         [
             [
-                r["method"],
+                method_label(r),
                 r["category"],
                 r["batch_size"],
                 f"{r['temperature']:g}",
@@ -88,6 +94,7 @@ def _main_tables(runs: list[dict]) -> list[str]:
             ]
             for r in sorted(per_cat, key=lambda r: (*_key(r), r["category"]))
         ],
+        "llrrrrr",
     )
     return lines
 
@@ -105,7 +112,7 @@ def _acceptance_table(runs: list[dict]) -> list[str]:
         ["method", "batch", "T", "alpha", "unconditional i=1..", "conditional i=1.."],
         [
             [
-                r["method"],
+                method_label(r),
                 r["batch_size"],
                 f"{r['temperature']:g}",
                 f"{r['alpha']:.3f}",
@@ -114,6 +121,7 @@ def _acceptance_table(runs: list[dict]) -> list[str]:
             ]
             for r in rows
         ],
+        "lrrrll",
     )
 
 
@@ -134,12 +142,13 @@ def _tau_vs_n_table(points: list[dict]) -> list[str]:
             [
                 p["n"],
                 f"{p['tau']:.2f}",
-                f"{picker.expected_tokens_per_call(alpha, p['n']):.2f}",
+                f"{expected_tokens_per_call(alpha, p['n']):.2f}",
                 f"{p['alpha']:.3f}",
                 f"{p['speedup']:.2f}x",
             ]
             for p in points
         ],
+        "rrrrr",
     )
 
 
@@ -156,7 +165,7 @@ def _compile_table(runs: list[dict]) -> list[str]:
         ["method", "batch", "T", "compile s", "first call s", "AR compile s", "retraced"],
         [
             [
-                r["method"],
+                method_label(r),
                 r["batch_size"],
                 f"{r['temperature']:g}",
                 f"{r['compile_s']:.2f}",
@@ -166,6 +175,7 @@ def _compile_table(runs: list[dict]) -> list[str]:
             ]
             for r in rows
         ],
+        "lrrrrrr",
     )
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from specjax import sampling as sp
 from specjax.decoding import engine
 from specjax.decoding.engine import acceptance_rates
+from specjax.validate import check_int
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,7 @@ def make_batches(prompts: list[list[int]], batch_size: int) -> list[list[list[in
     """
     if not prompts:
         raise ValueError("make_batches needs at least one prompt")
-    if batch_size < 1:
-        raise ValueError(f"batch_size={batch_size} must be >= 1")
+    batch_size = check_int("batch_size", batch_size, 1)
     num_batches = -(-max(len(prompts), batch_size) // batch_size)
     rows = [prompts[i % len(prompts)] for i in range(num_batches * batch_size)]
     return [rows[i : i + batch_size] for i in range(0, len(rows), batch_size)]
@@ -102,6 +102,8 @@ def pool_stats(stats_list: list[dict]) -> dict:
         "draft_tokens": drafted,
         "generated_tokens": generated,
         "tau": (accepted + steps) / steps if steps else 0.0,
+        # A lossy verification rule (Medusa's typical acceptance) in any of the calls.
+        "lossy": any(bool(s.get("lossy", False)) for s in stats_list),
     }
     with_positions = [s for s in stats_list if s.get("offered_by_position")]
     for key in POSITION_COUNTS:
@@ -162,8 +164,7 @@ class Runner:
           method and the baseline and `retraced` (compiles during timed repeats; 0 when
           the timings are clean).
         """
-        if repeats < 1:
-            raise ValueError(f"repeats={repeats} must be >= 1")
+        repeats = check_int("repeats", repeats, 1)
         first = next(iter(workloads.values()))[:1]
         warm = {}
         for side, s in (("ar", None), ("method", spec)):

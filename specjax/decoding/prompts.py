@@ -6,13 +6,9 @@ the value and what is allowed.
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
-
-def _is_int(x) -> bool:
-    return isinstance(x, (numbers.Integral, np.integer)) and not isinstance(x, bool)
+from specjax.validate import check_int, is_int
 
 
 def normalize_prompts(prompts, tokenizer, vocab_size: int) -> list[list[int]]:
@@ -23,7 +19,7 @@ def normalize_prompts(prompts, tokenizer, vocab_size: int) -> list[list[int]]:
         prompts = prompts.tolist() if prompts.ndim == 2 else [prompts.tolist()]
     if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
         raise ValueError(f"prompts must be a non-empty string or list, got {prompts!r}")
-    if all(_is_int(t) for t in prompts):
+    if all(is_int(t) for t in prompts):
         prompts = [list(prompts)]
     rows = []
     for i, p in enumerate(prompts):
@@ -35,7 +31,7 @@ def normalize_prompts(prompts, tokenizer, vocab_size: int) -> list[list[int]]:
             ids = tokenizer.encode(p)
         elif isinstance(p, (list, tuple, np.ndarray)):
             ids = list(p.tolist() if isinstance(p, np.ndarray) else p)
-            bad = [t for t in ids if not _is_int(t) or not 0 <= int(t) < vocab_size]
+            bad = [t for t in ids if not is_int(t) or not 0 <= int(t) < vocab_size]
             if bad:
                 raise ValueError(
                     f"prompts[{i}] holds token id {bad[0]!r} outside [0, {vocab_size})"
@@ -52,8 +48,7 @@ def normalize_prompts(prompts, tokenizer, vocab_size: int) -> list[list[int]]:
 
 
 def check_max_new_tokens(max_new_tokens) -> None:
-    if not _is_int(max_new_tokens) or max_new_tokens <= 0:
-        raise ValueError(f"max_new_tokens={max_new_tokens!r} is invalid: must be an integer >= 1")
+    check_int("max_new_tokens", max_new_tokens, 1)
 
 
 def check_positions(prompt_len: int, max_new_tokens: int, max_positions: int) -> None:
@@ -75,12 +70,12 @@ def resolve_stop_ids(stop_token_ids, model, capacity: int) -> np.ndarray:
         ids = list(config.eos_token_ids)
         if not ids and model.tokenizer is not None:
             ids = list(model.tokenizer.eos_token_ids or [])
-    elif _is_int(stop_token_ids):
+    elif is_int(stop_token_ids):
         ids = [int(stop_token_ids)]
     else:
         ids = list(stop_token_ids)
     for t in ids:
-        if not _is_int(t) or not 0 <= int(t) < config.vocab_size:
+        if not is_int(t) or not 0 <= int(t) < config.vocab_size:
             raise ValueError(f"stop_token_ids holds {t!r}, outside [0, {config.vocab_size})")
     if len(ids) > capacity:
         raise ValueError(f"stop_token_ids has {len(ids)} ids; at most {capacity} are supported")

@@ -16,16 +16,17 @@ typical_epsilon, typical_delta.
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 
 from specjax.decoding import trees
+from specjax.validate import check_int, check_real
 
 METHODS = ("draft_model", "ngram", "medusa", "eagle", "eagle3", "lookahead")
 IMPLEMENTED = ("draft_model", "ngram", "medusa")
-# Methods whose `model` is required, and those whose drafts are sampled (not deterministic).
+# Methods whose `model` is required; those that can sample their drafts (and so be verified
+# `probabilistic`ly); and those whose drafts are sampled by default at T > 0 ("auto").
 NEEDS_MODEL = ("draft_model", "medusa")
-SAMPLED_DRAFTS = ("draft_model",)
+SAMPLED_DRAFTS = ("draft_model", "medusa")
+AUTO_PROBABILISTIC = ("draft_model",)
 TREE_METHODS = ("draft_model", "medusa")
 VERIFICATIONS = ("auto", "greedy", "probabilistic", "one_hot", "strict", "typical")
 MAX_SPECULATIVE_TOKENS = 16  # longest chain / deepest tree; also the cache head-room per step
@@ -63,12 +64,7 @@ class SpecConfig:
 
 
 def _int(key: str, value, lo: int, hi: int | None = None) -> int:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-        raise ValueError(f"speculative_config[{key!r}]={value!r} must be an integer")
-    if value < lo or (hi is not None and value > hi):
-        bound = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
-        raise ValueError(f"speculative_config[{key!r}]={value!r} is out of range: must be {bound}")
-    return int(value)
+    return check_int(f"speculative_config[{key!r}]", value, lo, hi)
 
 
 def _tree(raw: dict, k: int) -> trees.Tree:
@@ -159,7 +155,8 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
         )
     deterministic = method not in SAMPLED_DRAFTS
     if mode == "auto":
-        mode = "greedy" if temperature == 0 else ("one_hot" if deterministic else "probabilistic")
+        sampled = method in AUTO_PROBABILISTIC
+        mode = "greedy" if temperature == 0 else ("probabilistic" if sampled else "one_hot")
     if mode == "greedy" and temperature != 0:
         raise ValueError(
             f"speculative_config['verification']='greedy' needs temperature=0, got "
@@ -178,8 +175,7 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
     eps = raw.get("typical_epsilon", 0.09)
     delta = raw.get("typical_delta", 0.3)
     for key, val in (("typical_epsilon", eps), ("typical_delta", delta)):
-        if not isinstance(val, numbers.Real) or not math.isfinite(val) or val < 0:
-            raise ValueError(f"speculative_config[{key!r}]={val!r} must be a finite number >= 0")
+        check_real(f"speculative_config[{key!r}]", val, 0.0)
     return SpecConfig(
         method=method,
         num_speculative_tokens=k,

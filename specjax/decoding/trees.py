@@ -30,6 +30,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from specjax.validate import check_int
+
 # Most nodes (root included) a tree may have. A block of P+1 nodes costs one target forward
 # over P+1 query positions with a [P+1, P+1] mask; past a few hundred nodes the verify pass
 # stops being "free" on any accelerator, and the walk in verify.py is a P-step scan.
@@ -53,9 +55,21 @@ MEDUSA_MC_SIM_7B_63: tuple[Choice, ...] = (
 # A small two-level tree for tests and CPU runs: 3 children of the root, 2 under the first.
 SMALL_2X3: tuple[Choice, ...] = ((0,), (1,), (2,), (0, 0), (0, 1))
 
+
+# Sparse trees for 4 Medusa heads, `sparse_tree(acc, n)` of the quickstart's heads (Medusa-1 on
+# the 6x384 target's greedy continuations, 400 steps; held-out per-rank accuracies, rank 0:
+# 0.84 / 0.79 / 0.75 / 0.73 for heads 0-3; experiments/LOG.md 2026-11-30). Smaller than
+# mc_sim_7b_63 because verifying a node is not free on a CPU (BENCHMARKS.md "Medusa").
+MEDUSA_K4_8: tuple[Choice, ...] = ((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (0, 0, 0, 0))  # fmt: skip
+MEDUSA_K4_16: tuple[Choice, ...] = ((0,), (1,), (2,), (0, 0), (0, 1), (0, 2), (1, 0), (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0), (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0), (0, 1, 0, 0), (1, 0, 0, 0))  # fmt: skip
+MEDUSA_K4_32: tuple[Choice, ...] = ((0,), (1,), (2,), (3,), (0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (2, 0), (3, 0), (0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 0, 3), (0, 0, 4), (0, 1, 0), (0, 2, 0), (0, 3, 0), (1, 0, 0), (2, 0, 0), (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 0, 2), (0, 0, 0, 3), (0, 0, 1, 0), (0, 0, 2, 0), (0, 0, 3, 0), (0, 1, 0, 0), (0, 2, 0, 0), (1, 0, 0, 0), (2, 0, 0, 0))  # fmt: skip
+
 NAMED_TREES: dict[str, tuple[Choice, ...]] = {
     "mc_sim_7b_63": MEDUSA_MC_SIM_7B_63,
     "small_2x3": SMALL_2X3,
+    "medusa_k4_8": MEDUSA_K4_8,
+    "medusa_k4_16": MEDUSA_K4_16,
+    "medusa_k4_32": MEDUSA_K4_32,
 }
 
 
@@ -112,13 +126,7 @@ def _buffers(parents: tuple[int, ...]) -> _Buffers:
 
 
 def _check_int(name: str, value, minimum: int) -> int:
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}") from None
-    if value < minimum:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
-    return value
+    return check_int(name, value, minimum)
 
 
 def _check_size(num_nodes: int, what: str) -> None:
@@ -291,6 +299,59 @@ def topk_tree(depth: int, width: int) -> Tree:
                 parents.append(node)
         frontier = nxt
     return Tree(tuple(parents))
+
+
+def sparse_tree(accuracies, num_drafts: int) -> Tree:
+    """Medusa's sparse tree: the `num_drafts` most probable candidates under measured accuracies.
+
+    A node whose rank path from the root is (r_1, ..., r_d) holds head i's r_i-th token at
+    depth i; with per-head accuracies a[i][r] (the chance that exactly head i's rank-r token is
+    the right one) the node is accepted with probability prod_i a[i][r_i], taking heads as
+    independent (Cai et al. 2024, section 3.3). A tree's expected accepted length is the sum
+    of its nodes' probabilities, so the best tree of n nodes holds the n most probable ones.
+    Each head's accuracies are first made non-increasing in rank (a running minimum: noisy
+    estimates must not rank a deeper candidate above a better one), so a node's prefix and
+    its lower-ranked siblings are at least as probable; ties go to the shallower node, then
+    the lower ranks, and the chosen set is a valid choices list.
+
+    Args:
+      accuracies: [K][R] numbers >= 0: head i's top-(r+1) hit rate minus its top-r one, e.g.
+        from a head trainer's eval.
+      num_drafts: P, the number of draft nodes.
+    Returns:
+      The Tree (as `from_choices` numbers it), depth at most K.
+    """
+    acc = np.asarray(accuracies, np.float64)
+    if acc.ndim != 2 or acc.size == 0 or np.any(~np.isfinite(acc)) or np.any(acc < 0):
+        raise ValueError(f"accuracies must be a [K, R] array of numbers >= 0, got {acc.tolist()}")
+    num_drafts = _check_int("sparse_tree num_drafts", num_drafts, 1)
+    _check_size(num_drafts + 1, f"sparse_tree of {num_drafts} drafts")
+    acc = np.minimum.accumulate(acc, axis=1)
+    K, R = acc.shape
+    # Best-first: a child is never more probable than its parent, so popping in order of
+    # probability only ever takes nodes whose prefix was taken before.
+    frontier = [(-acc[0, r], 1, (r,)) for r in range(R)]
+    chosen: list[Choice] = []
+    while frontier and len(chosen) < num_drafts:
+        frontier.sort()
+        neg_p, depth, path = frontier.pop(0)
+        chosen.append(path)
+        if depth < K:
+            frontier += [(neg_p * acc[depth, r], depth + 1, path + (r,)) for r in range(R)]
+    if len(chosen) < num_drafts:
+        raise ValueError(
+            f"sparse_tree: only {len(chosen)} candidates exist for {K} heads x {R} ranks, "
+            f"fewer than num_drafts={num_drafts}"
+        )
+    return from_choices(chosen)
+
+
+def truncate(tree: Tree, depth: int) -> Tree:
+    """The nodes of `tree` at depth <= `depth` (the same tree drafted with fewer heads)."""
+    depth = _check_int("truncate depth", depth, 0)
+    if depth >= tree.max_depth:
+        return tree
+    return from_choices([c for c in tree.choices if len(c) <= depth]) if depth else chain(0)
 
 
 _CHAIN_RE = re.compile(r"chain_(\d+)")

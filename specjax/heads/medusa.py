@@ -20,25 +20,19 @@ per layer and one for the vocabulary projection, whatever K is.
 from __future__ import annotations
 
 import dataclasses
-import operator
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from specjax.models import Decoder, as_model
+from specjax.validate import check_int
 
 METHOD = "medusa"
 
 
 def _positive(name: str, value) -> int:
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise ValueError(f"MedusaConfig.{name}={value!r} must be an integer >= 1") from None
-    if value < 1:
-        raise ValueError(f"MedusaConfig.{name}={value!r} must be an integer >= 1")
-    return value
+    return check_int(f"MedusaConfig.{name}", value, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,11 +109,12 @@ class MedusaHeads(nnx.Module):
           num_heads, num_layers: K and L.
           **options: other MedusaConfig fields (shared_blocks, bias, dtype, base_model).
         """
-        module: Decoder = as_model(target).module
-        c = module.config
-        config = MedusaConfig(
-            c.hidden_size, c.vocab_size, num_heads, num_layers, **{"dtype": c.dtype, **options}
-        )
+        model = as_model(target)
+        c = model.config
+        defaults = {"dtype": c.dtype, "base_model": model.source}
+        config = MedusaConfig(c.hidden_size, c.vocab_size, num_heads, num_layers,
+                              **{**defaults, **options})  # fmt: skip
+        module: Decoder = model.module
         return cls(config, lm_head=target_lm_head(module))
 
     def __call__(self, h, num_heads: int | None = None):

@@ -19,6 +19,7 @@ from flax import nnx
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from specjax.io.tokenizer import Tokenizer
 from specjax.models import (
     Decoder,
     Model,
@@ -162,8 +163,6 @@ def load_model(path, *, dtype: str | None = None, load_tokenizer: bool = True) -
             raise FileNotFoundError(
                 f"tokenizer.json is missing in {directory} (pass load_tokenizer=False to skip it)"
             )
-        from specjax.io.tokenizer import Tokenizer
-
         tokenizer = Tokenizer.from_dir(directory)
         if not config.eos_token_ids and tokenizer.eos_token_ids:
             config = dataclasses.replace(config, eos_token_ids=tuple(tokenizer.eos_token_ids))

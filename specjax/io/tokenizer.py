@@ -1,4 +1,4 @@
-"""Tokenizers: a thin wrapper over HF `tokenizers`, BPE training, streaming detokenisation.
+"""Tokenizers: a thin wrapper over HF `tokenizers` and BPE training.
 
 Models trained from scratch use a byte-level BPE trained here on the corpus (any text
 round-trips exactly); imported models use their checkpoint's own `tokenizer.json`. Either
@@ -8,9 +8,9 @@ ids the decoder needs (`eos_token_ids` stop generation; `bos_token_id`, `pad_tok
 `save(dir)` writes `tokenizer.json` plus a minimal `tokenizer_config.json`, so
 `transformers.PreTrainedTokenizerFast.from_pretrained(dir)` loads the same tokenizer.
 
-`StreamingDetokenizer` turns a stream of ids into text pieces whose concatenation equals
-`decode(all_ids)`, holding back a piece while it ends in an incomplete UTF-8 character
-(vLLM's incremental detokenizer: decode a short prefix window and emit the stable difference).
+Streaming detokenisation is the library's own `tokenizers.decoders.DecodeStream` over
+`Tokenizer.backend`: `stream.step(tok.backend, id)` returns the text an id completes (None
+while a multi-byte character is open), and the pieces concatenate to `decode(ids)`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from typing import NamedTuple
 
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from specjax.validate import check_int
 
 EOS_TOKEN = "<|endoftext|>"
 
@@ -231,9 +233,7 @@ class Tokenizer:
         return self.token_to_id(entry) if isinstance(entry, str) else None
 
     def _check_id(self, i: int, name: str) -> int:
-        if not 0 <= i < self.vocab_size:
-            raise ValueError(f"{name}={i} is out of range [0, {self.vocab_size})")
-        return i
+        return check_int(name, i, 0, self.vocab_size - 1)
 
 
 def _read_json(path: Path) -> dict:
@@ -267,13 +267,9 @@ def train_bpe(
     """
     special_tokens = list(special_tokens)
     low = _NUM_BYTES + len(special_tokens)
-    if not isinstance(vocab_size, int) or vocab_size < low:
-        raise ValueError(
-            f"vocab_size={vocab_size!r} is out of range: must be an int >= {low} "
-            f"({_NUM_BYTES} byte symbols + {len(special_tokens)} special tokens)"
-        )
-    if min_frequency < 0:
-        raise ValueError(f"min_frequency={min_frequency} is out of range: must be >= 0")
+    note = f"{_NUM_BYTES} byte symbols + {len(special_tokens)} special tokens"
+    vocab_size = check_int("vocab_size", vocab_size, low, note=note)
+    min_frequency = check_int("min_frequency", min_frequency, 0)
     backend = tokenizers.Tokenizer(models.BPE())
     # No prefix space: the text a user typed is exactly what decodes back.
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -287,53 +283,3 @@ def train_bpe(
     )
     backend.train_from_iterator(texts, trainer=trainer)
     return Tokenizer(backend)
-
-
-class StreamingDetokenizer:
-    """Incremental detokenisation: feed ids one at a time, get the newly completed text.
-
-    The concatenation of every `add` result and the final `flush` equals
-    `tokenizer.decode(ids)` (the ids after `prefix_ids`). A byte-level token can end
-    inside a multi-byte UTF-8 character; that text is held back until a later token
-    completes it. Each step decodes only the window since the last emitted boundary, and
-    the window starts one emitted piece earlier so that decoders which treat the first
-    token specially (SentencePiece's leading space) see the same context both times.
-
-    Args:
-      tokenizer: the `Tokenizer` whose ids are streamed.
-      skip_special_tokens: as in `Tokenizer.decode`.
-      prefix_ids: context already shown (the prompt); its text is not emitted.
-    """
-
-    def __init__(
-        self,
-        tokenizer: Tokenizer,
-        skip_special_tokens: bool = True,
-        prefix_ids: Sequence[int] = (),
-    ):
-        self.tokenizer = tokenizer
-        self.skip_special_tokens = skip_special_tokens
-        self.ids = [int(i) for i in prefix_ids]
-        # Text of ids[prefix_offset:read_offset] has been emitted (or belongs to the prompt).
-        self.read_offset = len(self.ids)
-        self.prefix_offset = max(len(self.ids) - 5, 0)  # a few prompt tokens as context
-
-    def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
-
-    def add(self, token_id: int) -> str:
-        """Appends one id; returns the text it completes ('' while a character is open)."""
-        self.ids.append(int(token_id))
-        prefix_text = self._decode(self.ids[self.prefix_offset : self.read_offset])
-        new_text = self._decode(self.ids[self.prefix_offset :])
-        if len(new_text) <= len(prefix_text) or new_text.endswith("\ufffd"):
-            return ""
-        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-        return new_text[len(prefix_text) :]
-
-    def flush(self) -> str:
-        """Returns whatever is held back (an unfinished character decodes to U+FFFD)."""
-        prefix_text = self._decode(self.ids[self.prefix_offset : self.read_offset])
-        new_text = self._decode(self.ids[self.prefix_offset :])
-        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-        return new_text[len(prefix_text) :]

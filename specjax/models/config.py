@@ -10,6 +10,8 @@ import dataclasses
 import math
 from typing import Any
 
+from specjax.validate import check_int
+
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", "mistral")
 SUPPORTED_MODEL_TYPES = (*LLAMA_FAMILY, "gpt2")
 
@@ -35,9 +37,11 @@ class ModelConfig:
     # q/k/v biases, Mistral never has any, Llama/Qwen3 default to none); resolved at construction.
     attention_bias: bool | None = None
     qk_norm: bool = False  # Qwen3: RMSNorm over each head of q and k
-    tie_word_embeddings: bool = False
+    # None: the family's choice, resolved at construction (GPT-2 always ties its LM head to
+    # wte and uses a GELU, as transformers' GPT2LMHeadModel does; Llama-family: untied, SiLU).
+    tie_word_embeddings: bool | None = None
     sliding_window: int | None = None  # Mistral: keys older than this are invisible
-    hidden_act: str = "silu"
+    hidden_act: str | None = None
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     pad_token_id: int | None = None
@@ -58,11 +62,7 @@ class ModelConfig:
             "intermediate_size",
             "max_position_embeddings",
         ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(
-                    f"ModelConfig.{name}={value!r} is invalid: must be an integer >= 1"
-                )
+            object.__setattr__(self, name, check_int(f"ModelConfig.{name}", getattr(self, name), 1))
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"ModelConfig.num_heads={self.num_heads} must be a multiple of "
@@ -79,9 +79,28 @@ class ModelConfig:
                 f"model_type={self.model_type!r}: its attention always has "
                 f"{'q/k/v biases' if fixed else 'no biases'} (transformers ignores the field)"
             )
-        if self.sliding_window is not None and self.sliding_window < 1:
+        self._resolve_family_fields()
+        if self.sliding_window is not None:
+            window = check_int("ModelConfig.sliding_window", self.sliding_window, 1, note="or None")
+            object.__setattr__(self, "sliding_window", window)
+
+    def _resolve_family_fields(self) -> None:
+        """tie_word_embeddings / hidden_act: None -> the family's; a contradiction is refused."""
+        gpt2 = self.model_type == "gpt2"
+        if self.tie_word_embeddings is None:
+            object.__setattr__(self, "tie_word_embeddings", gpt2)
+        elif gpt2 and not self.tie_word_embeddings:
             raise ValueError(
-                f"ModelConfig.sliding_window={self.sliding_window} must be >= 1 or None"
+                "ModelConfig.tie_word_embeddings=False is not possible for model_type='gpt2': "
+                "its LM head is always the transposed wte (transformers ties it)"
+            )
+        allowed = ("gelu_new", "gelu_pytorch_tanh", "gelu") if gpt2 else ("silu",)
+        if self.hidden_act is None:
+            object.__setattr__(self, "hidden_act", allowed[0])
+        elif self.hidden_act not in allowed:
+            raise ValueError(
+                f"ModelConfig.hidden_act={self.hidden_act!r} is not possible for model_type="
+                f"{self.model_type!r}: allowed {allowed}"
             )
 
     @property

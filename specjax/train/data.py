@@ -40,6 +40,8 @@ import datasets
 import numpy as np
 from tqdm.auto import tqdm
 
+from specjax.validate import check_int, check_real
+
 log = logging.getLogger(__name__)
 
 CODE, PROSE = "code", "prose"
@@ -227,8 +229,8 @@ def _normalise_columns(
 
 
 def _check_limit(name: str, value: int | None) -> None:
-    if value is not None and value < 1:
-        raise ValueError(f"{name}={value} is out of range: must be None or >= 1")
+    if value is not None:
+        check_int(name, value, 1, note="None = no limit")
 
 
 def _limit_records(
@@ -277,8 +279,9 @@ def split_dataset(
     Returns:
       (train, eval), each in the original row order.
     """
-    if not 0.0 < eval_fraction < 1.0:
-        raise ValueError(f"eval_fraction={eval_fraction} is out of range (0, 1)")
+    check_real("eval_fraction", eval_fraction, 0.0, 1.0, lo_open=True)
+    if eval_fraction == 1.0:
+        raise ValueError("eval_fraction=1.0 is out of range: must be in (0, 1)")
     by_category: dict[str, list[tuple[int, int]]] = {}
     for i, (text, category) in enumerate(zip(ds["text"], ds["category"], strict=True)):
         digest = hashlib.sha256(f"{seed}\0{text}".encode("utf-8", "surrogatepass")).digest()
@@ -335,8 +338,7 @@ def pack(
     Returns:
       int32 [num_seqs, seq_len + 1].
     """
-    if seq_len < 1:
-        raise ValueError(f"seq_len={seq_len} is out of range: must be >= 1")
+    check_int("seq_len", seq_len, 1)
     suffix = np.asarray([] if eos_id is None else [eos_id], dtype=np.int64)
     parts = []
     for doc in token_streams:
@@ -357,46 +359,60 @@ def pack(
 # ------------------------------------------------------------------- batches
 
 
-def steps_per_epoch(packed: np.ndarray, batch_size: int) -> int:
+def num_rows(packed) -> int:
+    """Rows of a packed array, or of a dict of equally long row arrays."""
+    if isinstance(packed, dict):
+        sizes = {len(v) for v in packed.values()}
+        if len(sizes) != 1:
+            raise ValueError(f"row arrays have different lengths: {sorted(sizes)}")
+        return sizes.pop()
+    return len(packed)
+
+
+def steps_per_epoch(packed, batch_size: int) -> int:
     """Full batches per epoch (the last partial batch of each epoch is dropped)."""
-    if batch_size < 1 or batch_size > len(packed):
-        raise ValueError(
-            f"batch_size={batch_size} is out of range [1, {len(packed)}] (rows in packed)"
-        )
-    return len(packed) // batch_size
+    n = num_rows(packed)
+    check_int("batch_size", batch_size, 1, n, note="rows in packed")
+    return n // batch_size
 
 
 def _epoch_permutation(num_rows: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(num_rows)  # [num_rows]
 
 
-def _make_batch(packed: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
+def _make_batch(packed, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """LM rows [N, T + 1] -> {"inputs", "targets"} [B, T]; a dict of row arrays -> the same
+    keys, each [B, ...] (e.g. a head trainer's {"tokens", "mask"})."""
+    if isinstance(packed, dict):
+        return {k: v[rows] for k, v in packed.items()}
     chosen = packed[rows]  # [B, T + 1]
     return {"inputs": chosen[:, :-1], "targets": chosen[:, 1:]}  # [B, T] each
 
 
-def batch_at(packed: np.ndarray, batch_size: int, seed: int, step: int) -> dict[str, np.ndarray]:
-    """The batch of global step `step`: {"inputs" [B, T], "targets" [B, T]} int32."""
+def batch_at(packed, batch_size: int, seed: int, step: int) -> dict[str, np.ndarray]:
+    """The batch of global step `step`: {"inputs" [B, T], "targets" [B, T]} int32 (LM rows),
+    or the selected rows of each array of a dict."""
     per_epoch = steps_per_epoch(packed, batch_size)
     epoch, i = divmod(step, per_epoch)
-    perm = _epoch_permutation(len(packed), seed, epoch)
+    perm = _epoch_permutation(num_rows(packed), seed, epoch)
     return _make_batch(packed, perm[i * batch_size : (i + 1) * batch_size])
 
 
 def batches(
-    packed: np.ndarray, batch_size: int, seed: int, start_step: int = 0
+    packed, batch_size: int, seed: int, start_step: int = 0
 ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """Yields (step, batch) forever from `start_step`, each as `batch_at` gives it.
+
+    `packed` is LM rows [N, T + 1] or a dict of row arrays sharing their first axis.
 
     Epoch e visits the rows in the permutation drawn from (seed, e); resuming at step k
     yields exactly what the uninterrupted iterator yields from step k.
     """
-    if start_step < 0:
-        raise ValueError(f"start_step={start_step} is out of range: must be >= 0")
+    check_int("start_step", start_step, 0)
     per_epoch = steps_per_epoch(packed, batch_size)
     epoch, first = divmod(start_step, per_epoch)
     while True:
-        perm = _epoch_permutation(len(packed), seed, epoch)
+        perm = _epoch_permutation(num_rows(packed), seed, epoch)
         for i in range(first, per_epoch):
             rows = perm[i * batch_size : (i + 1) * batch_size]
             yield epoch * per_epoch + i, _make_batch(packed, rows)
@@ -404,7 +420,7 @@ def batches(
 
 
 def batch_iterator(
-    packed: np.ndarray, batch_size: int, seed: int, epoch: int = 0
+    packed, batch_size: int, seed: int, epoch: int = 0
 ) -> Iterator[dict[str, np.ndarray]]:
     """The batches of one epoch, in that epoch's order (the same as `batches` gives)."""
     per_epoch = steps_per_epoch(packed, batch_size)
@@ -430,10 +446,8 @@ def held_out_prompts(
     Returns:
       [(category, token ids of length prompt_tokens)], grouped by category.
     """
-    if num_prompts < 1 or prompt_tokens < 1:
-        raise ValueError(
-            f"num_prompts={num_prompts}, prompt_tokens={prompt_tokens}: both must be >= 1"
-        )
+    check_int("num_prompts", num_prompts, 1)
+    check_int("prompt_tokens", prompt_tokens, 1)
     by_category: dict[str, list[str]] = {}
     for text, category in zip(eval_ds["text"], eval_ds["category"], strict=True):
         by_category.setdefault(category, []).append(text)

@@ -32,18 +32,19 @@ import ml_collections
 import numpy as np
 import optax
 from flax import nnx
-from tqdm.auto import tqdm
 
 from specjax.cache import KVCache
 from specjax.io.hf import save_hf
 from specjax.io.tokenizer import Tokenizer, train_bpe
 from specjax.models import Decoder, Model, ModelConfig
-from specjax.train import checkpoint, data
+from specjax.train import checkpoint, data, loop
 from specjax.train.metrics import JSONL_NAME, MetricWriter, read_jsonl
 
 log = logging.getLogger(__name__)
 
 CHECKPOINTS, TOKENIZER, HF, RESULTS = "checkpoints", "tokenizer", "hf", "results.json"
+# What a resumed run must share with the checkpoint's run.
+RESUME_KEYS = ("model", "data", "seed", "train.batch_size", "train.seq_len")
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -79,7 +80,8 @@ def default_config() -> ml_collections.ConfigDict:
         head_dim=32,
         intermediate_size=384,
         max_position_embeddings=512,
-        tie_word_embeddings=False,
+        # None: the family's choice (Llama untied; GPT-2 always tied, with a GELU).
+        tie_word_embeddings=placeholder(bool),
         rope_theta=10000.0,
         dtype="float32",
     )
@@ -169,32 +171,6 @@ def model_config(model: ml_collections.ConfigDict, tokenizer: Tokenizer) -> Mode
     )
 
 
-def make_optimizer(
-    train: ml_collections.ConfigDict,
-) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """Clip by global norm, then AdamW on a warmup-cosine schedule (no decay on vectors).
-
-    Returns:
-      (the transformation, the learning-rate schedule as a function of the step).
-    """
-    schedule = optax.warmup_cosine_decay_schedule(
-        init_value=0.0,
-        peak_value=train.learning_rate,
-        warmup_steps=train.warmup_steps,
-        decay_steps=max(train.num_steps, train.warmup_steps + 1),
-        end_value=train.learning_rate * train.end_learning_rate_ratio,
-    )
-    # Norm scales and biases are not decayed (the usual GPT recipe).
-    decay_mask = lambda params: jax.tree.map(lambda x: x.ndim >= 2, params)
-    tx = optax.chain(
-        optax.clip_by_global_norm(train.grad_clip_norm),
-        optax.adamw(
-            schedule, b1=train.b1, b2=train.b2, weight_decay=train.weight_decay, mask=decay_mask
-        ),
-    )
-    return tx, schedule
-
-
 def init_train_state(model_cfg: ModelConfig, tx: optax.GradientTransformation, seed: int):
     """A fresh decoder and its optimizer, as (graphdef, state) of `nnx.split((decoder, optimizer))`.
 
@@ -222,7 +198,7 @@ def next_token_loss(decoder: Decoder, inputs, targets):
 
 
 def make_train_step(graphdef, nan_at_step: int = -1):
-    """The jitted update: (state, batch) -> (new state, loss). The state is donated.
+    """The update: (state, batch) -> (new state, {"loss": loss}); jitted, the state donated.
 
     Args:
       graphdef: from `nnx.split((decoder, optimizer))`.
@@ -240,9 +216,10 @@ def make_train_step(graphdef, nan_at_step: int = -1):
 
         loss, grads = nnx.value_and_grad(loss_fn)(decoder)
         optimizer.update(decoder, grads)
-        return nnx.state((decoder, optimizer)), loss
+        return nnx.state((decoder, optimizer)), {"loss": loss}
 
-    return jax.jit(train_step, donate_argnums=0)
+    step = jax.jit(train_step, donate_argnums=0)
+    return lambda state, batch: step(state, batch["inputs"], batch["targets"])
 
 
 def make_eval_step(graphdef):
@@ -266,18 +243,6 @@ def evaluate(eval_step, state, eval_rows: np.ndarray, batch_size: int, num_batch
         losses.append(eval_step(state, rows[:, :-1], rows[:, 1:]))
     loss = float(np.mean(jax.device_get(losses)))
     return {"eval/loss": loss, "eval/perplexity": math.exp(min(loss, 50.0))}
-
-
-def check_finite(pending: list[tuple[int, jax.Array]]) -> list[float]:
-    """Fetches pending (step, loss) pairs; FloatingPointError at the first non-finite one."""
-    values = [float(v) for v in jax.device_get([loss for _, loss in pending])]
-    for (step, _), value in zip(pending, values, strict=True):
-        if not math.isfinite(value):
-            raise FloatingPointError(
-                f"training loss is {value} at step {step}: stopping (lower train.learning_rate, "
-                "raise train.warmup_steps or tighten train.grad_clip_norm)"
-            )
-    return values
 
 
 # ----------------------------------------------------------------------------------- the run
@@ -311,7 +276,7 @@ def train_lm(config: ml_collections.ConfigDict, workdir) -> dict:
 
     # Setup: data, tokenizer, model, optimizer.
     tokenizer, train_rows, eval_rows = prepare_data(config, workdir)
-    tx, schedule = make_optimizer(train)
+    tx, schedule = loop.make_optimizer(train)
     model_cfg = model_config(config.model, tokenizer)
     graphdef, state = init_train_state(model_cfg, tx, config.seed)
     log.info(
@@ -326,25 +291,29 @@ def train_lm(config: ml_collections.ConfigDict, workdir) -> dict:
     manager = checkpoint.make_manager(workdir / CHECKPOINTS, max_to_keep=train.max_to_keep)
     start = manager.latest_step() or 0
     if start:
-        check_resumable(checkpoint.saved_config(manager, start), config, start)
-        nnx.replace_by_pure_dict(state, checkpoint.restore(manager, start, nnx.to_pure_dict(state)))
+        saved = checkpoint.saved_config(manager, start)
+        loop.check_resumable(saved, config, start, RESUME_KEYS)
+        loop.restore(manager, start, state)
         log.info("resumed from step %d of %d", start, train.num_steps)
 
     # Loop, eval, save.
     writer = MetricWriter(workdir, resume_step=start)
-    steps = (make_train_step(graphdef, train.debug_nan_at_step), make_eval_step(graphdef))
+    eval_step = make_eval_step(graphdef)
+    eval_fn = lambda s: evaluate(eval_step, s, eval_rows, train.batch_size, train.eval_batches)  # noqa: E731
+    stream = data.batches(train_rows, train.batch_size, config.seed, start_step=start)
     begin = time.perf_counter()
     try:
-        state, train_loss = _loop(
-            config, state, steps, train_rows, eval_rows, manager, writer, schedule, start
-        )
-        final_eval = evaluate(steps[1], state, eval_rows, train.batch_size, train.eval_batches)
-        writer.write(train.num_steps, final_eval)
-        if manager.latest_step() != train.num_steps:
-            _save(manager, train.num_steps, state, config)
+        state, final = loop.run(
+            config, state, make_train_step(graphdef, train.debug_nan_at_step), eval_fn, stream,
+            manager, writer, schedule, start,
+            desc=f"train {config.model.num_layers}x{config.model.hidden_size}",
+            tokens_per_step=train.batch_size * train.seq_len,
+        )  # fmt: skip
     finally:
         manager.wait_until_finished()
         writer.close()
+    train_loss = final.get("train/loss", float("nan"))
+    final_eval = {k: v for k, v in final.items() if k.startswith("eval/")}
 
     decoder, _ = nnx.merge(graphdef, state)
     if math.isnan(train_loss):  # nothing left to train: report the last logged loss
@@ -369,75 +338,3 @@ def train_lm(config: ml_collections.ConfigDict, workdir) -> dict:
         "trained: eval loss %.3f, perplexity %.1f", summary["eval_loss"], summary["eval_perplexity"]
     )
     return summary
-
-
-def check_resumable(saved: dict, config: ml_collections.ConfigDict, step: int) -> None:
-    """ValueError unless the checkpoint's run is this run (same model, data, seed, batches)."""
-    current = config.to_dict()
-    keys = [("model",), ("data",), ("seed",), ("train", "batch_size"), ("train", "seq_len")]
-    get = lambda d, key: d.get(key[0]) if len(key) == 1 else d.get(key[0], {}).get(key[1])
-    changed = [".".join(k) for k in keys if get(saved, k) != get(current, k)]
-    if changed:
-        raise ValueError(
-            f"the workdir's checkpoint (step {step}) is of another run: {', '.join(changed)} "
-            "differ from this config; use a new workdir"
-        )
-    if step > config.train.num_steps:
-        raise ValueError(
-            f"the workdir's checkpoint is at step {step}, past train.num_steps="
-            f"{config.train.num_steps}; use a new workdir or raise num_steps"
-        )
-
-
-def _save(manager, step: int, state, config) -> None:
-    # Host copies: the next train step donates (reuses) the device buffers the save would read.
-    host = jax.tree.map(np.array, nnx.to_pure_dict(state))
-    checkpoint.save(manager, step, host, config.to_dict())
-
-
-def _loop(config, state, steps, train_rows, eval_rows, manager, writer, schedule, start):
-    """Steps start+1 .. num_steps; returns (state, mean train loss of the last log interval)."""
-    train = config.train
-    train_step, eval_step = steps
-    pending, train_loss = [], float("nan")
-    tick, tick_step = time.perf_counter(), start
-    bar = tqdm(
-        total=train.num_steps,
-        initial=start,
-        desc=f"train {config.model.num_layers}x{config.model.hidden_size}",
-        unit="step",
-        disable=not train.progress or jax.process_index() != 0,
-    )
-    stream = data.batches(train_rows, train.batch_size, config.seed, start_step=start)
-    for index, batch in stream:
-        step = index + 1
-        if step > train.num_steps:
-            break
-        state, loss = train_step(state, batch["inputs"], batch["targets"])
-        pending.append((step, loss))
-        bar.update(1)
-        if step % train.log_every == 0 or step == train.num_steps:
-            train_loss = float(np.mean(check_finite(pending)))
-            pending = []
-            elapsed, tick = time.perf_counter() - tick, time.perf_counter()
-            tokens = (step - tick_step) * train.batch_size * train.seq_len
-            tick_step = step
-            writer.write(
-                step,
-                {
-                    "train/loss": train_loss,
-                    "train/learning_rate": schedule(step - 1),
-                    "train/tokens_per_s": tokens / elapsed,
-                },
-            )
-            bar.set_postfix(loss=f"{train_loss:.3f}")
-        if step % train.eval_every == 0 and step < train.num_steps:
-            writer.write(
-                step, evaluate(eval_step, state, eval_rows, train.batch_size, train.eval_batches)
-            )
-        if step % train.checkpoint_every == 0 and step < train.num_steps:
-            check_finite(pending)  # never save a state that saw a non-finite loss
-            _save(manager, step, state, config)
-    bar.close()
-    check_finite(pending)
-    return state, train_loss

@@ -22,27 +22,18 @@ from pathlib import Path
 import ml_collections
 import numpy as np
 
+from specjax.bench.harness import run_bench
+from specjax.bench.markdown import table
 from specjax.decoding.engine import generate
+from specjax.io.drafts import load_draft
 from specjax.io.hf import load_model
 from specjax.models import Model
+from specjax.train.heads import train_heads
 from specjax.train.lm import HF, train_lm
 
 log = logging.getLogger(__name__)
 
 RESULTS, REPORT = "results.json", "report.md"
-
-
-def _bench_runner():
-    """`specjax.bench.harness.run_bench`, or an ImportError that says what is missing."""
-    try:
-        from specjax.bench.harness import run_bench
-    except ImportError as e:
-        raise ImportError(
-            "the quickstart's benchmark stage needs specjax.bench.harness.run_bench, which "
-            f"cannot be imported ({e}). Train models alone with task=train_lm "
-            "(configs/train_lm.py)."
-        ) from e
-    return run_bench
 
 
 def _hf_dir(path: Path) -> Path:
@@ -75,24 +66,31 @@ def quickstart(config: ml_collections.ConfigDict, workdir) -> dict:
       benchmark's rows: method, category, batch_size, temperature, tau, speedup, ...).
     """
     workdir = Path(workdir).absolute()
-    run_bench = _bench_runner()  # fail before training, not after
 
-    log.info("quickstart 1/4: target LM")
+    log.info("quickstart 1/5: target LM")
     if config.target_path:
         target_dir, target_summary = _hf_dir(Path(config.target_path)), {}
     else:
         target_summary = train_lm(config.target, workdir / "target")
         target_dir = workdir / "target" / HF
 
-    log.info("quickstart 2/4: draft LM (the target's tokenizer)")
+    log.info("quickstart 2/5: draft LM (the target's tokenizer)")
     draft_config = config.draft.copy_and_resolve_references()
     if not draft_config.tokenizer.path:
         draft_config.tokenizer.path = str(target_dir)
     draft_summary = train_lm(draft_config, workdir / "draft")
 
-    log.info("quickstart 3/4: benchmark")
+    log.info("quickstart 3/5: Medusa heads on the frozen target (Medusa-1)")
     target, draft = load_model(target_dir), load_model(workdir / "draft")
-    bench = run_bench(config.bench, workdir / "bench", target=target, draft=draft)
+    medusa_config = config.medusa.copy_and_resolve_references()
+    medusa_config.target = str(target_dir)
+    medusa_summary = train_heads(medusa_config, workdir / "medusa", target=target)
+    heads = load_draft(workdir / "medusa", target=target)
+
+    log.info("quickstart 4/5: benchmark")
+    bench = run_bench(
+        config.bench, workdir / "bench", target=target, draft=draft, heads={"medusa": heads}
+    )
     # The bench's prompt and generation lengths: the target's program is already compiled.
     text_ids = target.tokenizer.encode("def main(argv):\n    return 0\n")
     prompt = (text_ids * config.bench.prompt_tokens)[: config.bench.prompt_tokens]
@@ -101,11 +99,12 @@ def quickstart(config: ml_collections.ConfigDict, workdir) -> dict:
             model, prompt, config.bench.max_new_tokens
         )
 
-    log.info("quickstart 4/4: report")
+    log.info("quickstart 5/5: report")
     summary = {
         "task": "quickstart",
         "target": {"model": _describe(target), **target_summary},
         "draft": {"model": _describe(draft), **draft_summary},
+        "medusa": medusa_summary,
         "decode_cost_ratio": draft_summary["decode_ms_per_token"]
         / target_summary["decode_ms_per_token"],
         "runs": bench["runs"],
@@ -126,33 +125,53 @@ def _fmt(value, spec: str) -> str:
 
 
 def report_markdown(summary: dict) -> str:
-    """The quickstart's report: the two models, then the benchmark pooled over categories."""
+    """The quickstart's report: the models and heads, then the benchmark pooled over categories."""
+    models = table(
+        ["model", "architecture", "train steps", "eval loss", "perplexity", "decode ms/token (b=1)"],
+        [
+            [name, s["model"], s.get("step", "-"), _fmt(s.get("eval_loss"), ".3f"),
+             _fmt(s.get("eval_perplexity"), ".1f"), f"{s['decode_ms_per_token']:.2f}"]
+            for name, s in ((n, summary[n]) for n in ("target", "draft"))
+        ],
+        "llrrrr",
+    )  # fmt: skip
+    runs = summary["runs"]
+    pooled = [r for r in runs if r.get("category") == "overall"] or runs
+    bench = table(
+        ["method", "batch", "temperature", "tau", "speedup", "tokens/s"],
+        [
+            [r["method"], r["batch_size"], f"{r['temperature']:g}", f"{r['tau']:.2f}",
+             f"{r['speedup']:.2f}", _fmt(r.get("tokens_per_s"), ".1f")]
+            for r in pooled
+        ],
+        "lrrrrr",
+    )  # fmt: skip
     lines = [
         "# specjax quickstart",
         "",
-        "| model | architecture | train steps | eval loss | perplexity | decode ms/token (b=1) |",
-        "| --- | --- | ---: | ---: | ---: | ---: |",
-    ]
-    for name in ("target", "draft"):
-        s = summary[name]
-        lines.append(
-            f"| {name} | {s['model']} | {s.get('step', '-')} | {_fmt(s.get('eval_loss'), '.3f')} "
-            f"| {_fmt(s.get('eval_perplexity'), '.1f')} | {s['decode_ms_per_token']:.2f} |"
-        )
-    lines += [
+        models,
         "",
         f"Decode cost ratio c = draft / target = {summary['decode_cost_ratio']:.3f}.",
         "",
-        "| method | batch | temperature | tau | speedup | tokens/s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    runs = summary["runs"]
-    pooled = [r for r in runs if r.get("category") == "overall"] or runs
-    for r in pooled:
-        lines.append(
-            f"| {r['method']} | {r['batch_size']} | {r['temperature']:g} | {r['tau']:.2f} "
-            f"| {r['speedup']:.2f} | {_fmt(r.get('tokens_per_s'), '.1f')} |"
-        )
+    medusa = summary.get("medusa")
+    if medusa:
+        lines += [
+            f"Medusa heads ({len(medusa['top1'])} heads, {medusa['num_params'] / 1e6:.2f}M "
+            f"params, {medusa['step']} steps on {medusa['train_rows']} {medusa['data_kind']} "
+            "rows): held-out top-1 / top-5 accuracy per head (head k: token t + k + 2):",
+            "",
+            table(
+                ["head", "top-1", "top-5"],
+                [
+                    [k, f"{a:.3f}", f"{b:.3f}"]
+                    for k, (a, b) in enumerate(zip(medusa["top1"], medusa["top5"], strict=True))
+                ],
+                "lrr",
+            ),  # fmt: skip
+            "",
+        ]
+    lines.append(bench)
     if pooled:
         best = max(pooled, key=lambda r: r["speedup"])
         lines += [

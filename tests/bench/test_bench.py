@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import specjax as sj
 from specjax.bench import default_config, timing
 from specjax.bench import methods as mt
 from specjax.bench.harness import run_bench
@@ -39,10 +40,18 @@ def tiny_config(methods):
 
 
 @pytest.fixture(scope="module")
-def bench(pair, tmp_path_factory):
+def heads(pair):
+    """Untrained Medusa heads for the tiny target (identity blocks, its LM head)."""
+    return sj.MedusaHeads.for_target(pair[0], num_heads=N)
+
+
+@pytest.fixture(scope="module")
+def bench(pair, heads, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("bench")
     target, draft = pair
-    results = run_bench(tiny_config(mt.registered_methods()), workdir, target=target, draft=draft)
+    cfg = tiny_config(mt.registered_methods())
+    cfg.medusa_tree = "small_2x3"  # depth 2 = N
+    results = run_bench(cfg, workdir, target=target, draft=draft, heads={"medusa": heads})
     return workdir, results
 
 
@@ -52,13 +61,20 @@ def test_results_json_has_every_method_and_category(bench):
     assert set(on_disk) >= {"machine", "config", "runs", "tau_vs_n"}
     assert on_disk["machine"]["cpu_count"] >= 1 and on_disk["config"]["repeats"] == 1
     runs = on_disk["runs"]
-    assert {r["method"] for r in runs} == {"autoregressive", "draft_model", "draft_tree", "ngram"}
+    assert {r["method"] for r in runs} == {
+        "autoregressive", "draft_model", "draft_tree", "ngram", "medusa", "medusa_chain"
+    }  # fmt: skip
     for method in mt.registered_methods():
         cats = sorted(r["category"] for r in runs if r["method"] == method)
         assert cats == ["code", "overall", "prose"]
     for r in runs:
-        assert r["tau"] >= 1.0 and r["speedup"] > 0 and r["tokens_per_s"] > 0
-        assert r["ar_tokens_per_s"] > 0 and r["compile_s"] >= 0 and r["retraced"] == 0
+        assert r["tau"] >= 1.0 and r["retraced"] == 0 and r["lossy"] is False
+        # The reported speeds are the timed ones: medians of the repeats, AR interleaved.
+        t, t_ar = np.median(r["times_s"]), np.median(r["ar_times_s"])
+        assert r["speedup"] == pytest.approx(t_ar / t)
+        assert r["tokens_per_s"] == pytest.approx(r["generated_tokens"] / t)
+        assert r["ar_tokens_per_s"] == pytest.approx(r["generated_tokens"] / t_ar)
+        assert 0 <= r["compile_s"] <= r["warmup_s"]
         assert len(r["times_s"]) == 1 and r["batch_size"] == 1 and r["temperature"] == 0.0
         # Fixed budget, no stop ids: 2 prompts x 16 tokens per category, 4 overall.
         assert r["generated_tokens"] == (64 if r["category"] == "overall" else 32)
@@ -66,7 +82,8 @@ def test_results_json_has_every_method_and_category(bench):
 
 def test_acceptance_statistics_are_consistent(bench):
     _, results = bench
-    depth = {"autoregressive": 0, "draft_model": N, "draft_tree": N, "ngram": N}
+    depth = {"autoregressive": 0, "draft_model": N, "draft_tree": N, "ngram": N, "medusa": N,
+             "medusa_chain": N}  # fmt: skip
     for r in results["runs"]:
         u, c = r["acceptance_by_position"], r["conditional_acceptance_by_position"]
         assert len(u) == len(c) == depth[r["method"]]
@@ -122,6 +139,10 @@ def test_unknown_method_is_a_clear_error(tmp_path):
         run_bench(cfg, tmp_path)  # fails before any model is loaded
     with pytest.raises(ValueError, match="needs a draft model"):
         run_bench(tiny_config(["draft_tree"]), tmp_path)
+    with pytest.raises(
+        ValueError, match=r"'medusa' needs medusa heads: set the config's `heads.medusa`"
+    ):
+        run_bench(tiny_config(["ngram", "medusa"]), tmp_path)
 
 
 def test_registry_builds_configs_and_varies_depth(pair):
@@ -224,7 +245,29 @@ def test_method_builders_forward_the_verification_rule():
     cfg = default_config()
     cfg.verification = "typical"
     cfg.allow_lossy = True
-    spec = mt.speculative_config("draft_model", cfg, draft="draft")
+    spec = mt.speculative_config("draft_model", cfg, "draft")
     assert spec["verification"] == "typical" and spec["allow_lossy"] is True
-    plain = mt.speculative_config("ngram", default_config(), draft=None)
+    plain = mt.speculative_config("ngram", default_config(), None)
     assert "verification" not in plain and "allow_lossy" not in plain
+
+
+def test_medusa_methods_cut_the_tree_to_the_heads_used(heads):
+    cfg = default_config()
+    cfg.medusa_tree = "mc_sim_7b_63"
+    drafts = mt.Drafts(heads=(("medusa", heads),))
+    full = mt.speculative_config("medusa", mt.with_depth(cfg, "medusa", 4), drafts)
+    assert full["model"] is heads and full["draft_tree"].num_drafts == 63
+    two = mt.speculative_config("medusa", mt.with_depth(cfg, "medusa", 2), drafts)
+    assert two["draft_tree"].max_depth == 2 and two["draft_tree"].num_drafts == 38
+    assert mt.get_method("medusa").num_nodes(cfg, 1) == 10  # mc_sim_7b_63's first level
+    chain = mt.speculative_config("medusa_chain", cfg, drafts)
+    assert "draft_tree" not in chain and chain["num_speculative_tokens"] == 4
+
+
+def test_lossy_rows_are_labelled():
+    from specjax.bench.report import method_label
+
+    assert timing.pool_stats([{"row_steps": [1], "accepted_tokens": 0, "draft_tokens": 0,
+                               "generated_tokens": [2], "lossy": True}])["lossy"] is True  # fmt: skip
+    assert method_label({"method": "medusa", "lossy": True}) == "medusa (lossy)"
+    assert method_label({"method": "medusa", "lossy": False}) == "medusa"

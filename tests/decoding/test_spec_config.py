@@ -166,7 +166,11 @@ def test_draft_tokenizer_differs(tokenized_pair):
         (lambda t: _ngram(verification="probabilistic"), T1, "'probabilistic' needs sampled"),
         (lambda t: _ngram(verification="probabilistic"), None, "method='ngram' drafts"),
         (lambda t: _draft(t, allow_lossy="yes"), None, r"\['allow_lossy'\]='yes' must be True"),
-        (lambda t: _draft(t, typical_epsilon=-0.1), None, r"\['typical_epsilon'\]=-0.1 must be"),
+        (
+            lambda t: _draft(t, typical_epsilon=-0.1),
+            None,
+            r"\['typical_epsilon'\]=-0.1 is out of range: must be >= 0",
+        ),
         (lambda t: _draft(t, typical_delta=float("nan")), None, r"\['typical_delta'\]=nan"),
     ],
 )

@@ -94,6 +94,14 @@ def pair():
 
 
 @pytest.fixture(scope="module")
+def heads(pair):
+    """Medusa heads on the target: identity blocks plus noise, the target's LM head."""
+    from tests.decoding.test_medusa import noisy_heads
+
+    return noisy_heads(pair[0], num_heads=2, scale=0.5)
+
+
+@pytest.fixture(scope="module")
 def prompt():
     """12 random tokens: about a third of the vocabulary, so ngram finds a match for many x1."""
     return np.random.default_rng(0).integers(0, V, 12).tolist()
@@ -170,9 +178,15 @@ def _sample(target, prompt, params, cfg, calls=CALLS):
     return counts, accepted, drafted, later
 
 
-def _cfg(method: str, mode: str, draft) -> dict:
+def _cfg(method: str, mode: str, draft, heads=None) -> dict:
     if method == "ngram":
         return {"method": "ngram", "num_speculative_tokens": 2, "verification": mode}
+    if method.startswith("medusa"):
+        cfg = {"method": "medusa", "model": heads, "num_speculative_tokens": 2,
+               "verification": mode}  # fmt: skip
+        if method == "medusa_tree":
+            cfg["draft_tree"] = "small_2x3"
+        return cfg
     cfg = {
         "method": "draft_model",
         "model": draft,
@@ -192,6 +206,8 @@ CASES = [
     ("tree", "probabilistic", TOP_K),  # i.i.d. siblings: the SpecInfer residual chain
     ("tree", "one_hot", TOP_P),  # top-k siblings: zero and renormalise
     ("ngram", "one_hot", TOP_K),
+    ("medusa_tree", "one_hot", TOP_P),  # each head's top-k: zero and renormalise
+    ("medusa_chain", "probabilistic", TOP_K),  # sampled from each head's processed law
 ]
 SLOW_CASES = [
     ("chain", "probabilistic", TOP_K),
@@ -203,6 +219,10 @@ SLOW_CASES = [
     ("ngram", "one_hot", TOP_P),
     ("ngram", "strict", TOP_K),
     ("ngram", "strict", TOP_P),
+    ("medusa_chain", "one_hot", TOP_K),
+    ("medusa_tree", "one_hot", TOP_K),
+    ("medusa_chain", "strict", TOP_P),
+    ("medusa_tree", "probabilistic", TOP_P),  # i.i.d. siblings from one head's law
 ]
 
 
@@ -211,11 +231,12 @@ SLOW_CASES = [
     CASES + [pytest.param(*c, marks=pytest.mark.slow) for c in SLOW_CASES],
     ids=[f"{m}-{v}-T{s.temperature}" for m, v, s in CASES + SLOW_CASES],
 )
-def test_first_tokens_follow_target_law(pair, prompt, exact_laws, method, mode, params):
+def test_first_tokens_follow_target_law(pair, heads, prompt, exact_laws, method, mode, params):
     target, draft = pair
     laws, alpha = exact_laws[params]
     assert 0.3 < alpha < 0.9  # the draft is neither the target nor unrelated
-    counts, accepted, drafted, later = _sample(target, prompt, params, _cfg(method, mode, draft))
+    cfg = _cfg(method, mode, draft, heads)
+    counts, accepted, drafted, later = _sample(target, prompt, params, cfg)
     assert counts[0].sum() >= 100_000
     # Both branches of the walk ran many times: acceptances and rejections.
     assert accepted > 1000 and drafted - accepted > 1000, (accepted, drafted)
@@ -259,6 +280,7 @@ def tight_prompt():
     return np.random.default_rng(1).integers(0, V, 16).tolist()
 
 
+@pytest.mark.slow  # a 43-node block for 102,400 rows: minutes of CPU (`.ci/run` runs it)
 def test_wide_tree_law_in_tight_buckets(pair, tight_prompt):
     """A top-k tree of 6 x 6 children (43 nodes) right after a 16-token prompt, whose block
     reaches past what a cache sized for the longest commit would hold: the law of x1..x4 stays

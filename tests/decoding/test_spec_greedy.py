@@ -146,6 +146,7 @@ def test_greedy_tree_children_are_the_drafts_top_k(target, drafts, prompts):
     cfg = _chain(draft, 3, draft_tree=TREE_DEPTH_WIDTH)
     _, _, static, params, args = engine._setup(target, prompts, MAX_NEW, None, [], cfg, None)
     state = engine._prefill_jit(static, params, *args)
+
     def draft_block(p, s, k):
         view = StepInput(pstate=s.proposer, root=s.last, lengths=s.cache.lengths, active=~s.done)
         target_module = nnx.merge(static.graphdef, p[0])

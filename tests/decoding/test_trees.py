@@ -128,3 +128,35 @@ def test_builder_validation():
         trees.Tree((-1, 0, 2))
     with pytest.raises(ValueError, match="unknown"):
         trees.get_tree("mc_sim_7b_64")
+
+
+def _brute_force_best(acc: np.ndarray, n: int) -> set:
+    """The n most probable rank paths (every path up to depth K enumerated)."""
+    import itertools
+
+    K, R = acc.shape
+    paths = [p for d in range(1, K + 1) for p in itertools.product(range(R), repeat=d)]
+    prob = {p: float(np.prod([acc[i, r] for i, r in enumerate(p)])) for p in paths}
+    ranked = sorted(paths, key=lambda p: (-prob[p], len(p), p))
+    return set(ranked[:n]), prob
+
+
+@pytest.mark.parametrize("n", [1, 4, 9, 20])
+def test_sparse_tree_keeps_the_most_probable_candidates(n):
+    acc = np.array([[0.55, 0.15, 0.05], [0.35, 0.12, 0.06], [0.25, 0.1, 0.04]])
+    tree = trees.sparse_tree(acc, n)
+    best, prob = _brute_force_best(acc, n)
+    assert set(tree.choices) == best
+    assert tree.num_drafts == n
+    # The expected accepted length it maximises: no other n-set beats it.
+    assert sum(prob[c] for c in tree.choices) == pytest.approx(sum(sorted(prob.values())[-n:]))
+
+
+def test_sparse_tree_smooths_noisy_accuracies_and_refuses_bad_input():
+    # Rank 2 measured above rank 1 (noise): treated as rank 1's, so ranks stay contiguous.
+    tree = trees.sparse_tree([[0.5, 0.1, 0.2], [0.4, 0.1, 0.1]], 4)
+    assert tree.choices == [(0,), (1,), (2,), (0, 0)]
+    with pytest.raises(ValueError, match="accuracies must be"):
+        trees.sparse_tree([[0.5, -0.1]], 2)
+    with pytest.raises(ValueError, match="only 2 candidates exist"):
+        trees.sparse_tree([[0.5, 0.1]], 3)

@@ -3,8 +3,9 @@
 import json
 
 import pytest
+from tokenizers.decoders import DecodeStream
 
-from specjax.io.tokenizer import EOS_TOKEN, StreamingDetokenizer, Tokenizer, train_bpe
+from specjax.io.tokenizer import EOS_TOKEN, Tokenizer, train_bpe
 from specjax.train.data import load_text_dataset
 
 UNICODE = "naïve café — 日本語 🙂"
@@ -52,35 +53,28 @@ def test_decode_special_tokens(tok):
     assert tok.decode(ids, skip_special_tokens=False) == "ab" + EOS_TOKEN
 
 
+def _stream(tok, ids, prompt=()) -> list[str | None]:
+    stream = DecodeStream(list(prompt), skip_special_tokens=True)
+    return [stream.step(tok.backend, i) for i in ids]
+
+
 @pytest.mark.parametrize("text", SAMPLES)
-def test_streaming_detok_concatenation_equals_decode(tok, text):
+def test_decode_stream_concatenation_equals_decode(tok, text):
+    # Streaming is the `tokenizers` library's own DecodeStream over `Tokenizer.backend`.
     ids = tok.encode(text)
-    detok = StreamingDetokenizer(tok)
-    pieces = [detok.add(i) for i in ids]
-    pieces.append(detok.flush())
-    assert "".join(pieces) == tok.decode(ids) == text
-    assert all("\ufffd" not in p for p in pieces)
+    pieces = _stream(tok, ids)
+    assert "".join(p for p in pieces if p is not None) == tok.decode(ids) == text
+    assert all(p is None or "\ufffd" not in p for p in pieces)
 
 
-def test_streaming_detok_holds_back_split_characters(tok):
+def test_decode_stream_holds_back_split_characters_and_skips_prompt(tok):
     # The emoji is four UTF-8 bytes; a 600-entry BPE spells it with several byte tokens.
     ids = tok.encode("🙂")
     assert len(ids) > 1
-    detok = StreamingDetokenizer(tok)
-    assert [detok.add(i) for i in ids[:-1]] == [""] * (len(ids) - 1)
-    assert detok.add(ids[-1]) == "🙂"
-    assert detok.flush() == ""
-
-
-def test_streaming_detok_flush_unfinished_and_prefix(tok):
-    ids = tok.encode("🙂")
-    detok = StreamingDetokenizer(tok)
-    detok.add(ids[0])
-    assert detok.flush() == tok.decode(ids[:1])  # the cut character, as decode shows it
+    assert _stream(tok, ids) == [None] * (len(ids) - 1) + ["🙂"]
     prompt, completion = tok.encode("日本"), tok.encode("語 🙂 ok")
-    detok = StreamingDetokenizer(tok, prefix_ids=prompt)
-    out = "".join(detok.add(i) for i in completion) + detok.flush()
-    assert out == tok.decode(completion)
+    pieces = _stream(tok, completion, prompt)
+    assert "".join(p for p in pieces if p is not None) == tok.decode(completion)
 
 
 def test_save_and_reload(tok, tmp_path):

@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 # Every config file and its variants (None = no `:arg`).
 VARIANTS = {
     "configs/train_lm.py": [None, "target", "draft", "tiny"],
+    "configs/train_medusa.py": [None, "joint", "tiny"],
     "configs/quickstart.py": [None, "tiny"],
     "configs/bench.py": [None, "small"],
     "configs/pick.py": [None, "small"],

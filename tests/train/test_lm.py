@@ -18,7 +18,7 @@ import pytest
 import specjax as sj
 from configs import train_lm as train_lm_configs
 from specjax.io.hf import export_state
-from specjax.train import lm
+from specjax.train import lm, loop
 from specjax.train.metrics import read_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,9 +124,9 @@ def test_trained_model_loads_exports_and_learned(tmp_path, reference):
 def test_a_checkpoint_of_another_run_is_refused():
     config = tiny_config()
     saved = config.to_dict()
-    lm.check_resumable(saved, config, step=10)
+    loop.check_resumable(saved, config, 10, lm.RESUME_KEYS)
     saved["model"]["num_layers"] += 1
     with pytest.raises(ValueError, match="model differ"):
-        lm.check_resumable(saved, config, step=10)
+        loop.check_resumable(saved, config, 10, lm.RESUME_KEYS)
     with pytest.raises(ValueError, match="past train.num_steps"):
-        lm.check_resumable(config.to_dict(), config, step=10_000)
+        loop.check_resumable(config.to_dict(), config, 10_000, lm.RESUME_KEYS)

@@ -180,8 +180,9 @@ class DraftModelProposer:
         valid = jnp.ones((B, P1), bool)
         return Draft(tokens=tokens, valid=valid, probs=probs), DraftModelState(cache, ps.prev)
 
-    def commit(self, ctx: Context, target, params, step: StepInput, pstate, verified, result,
-               n_commit):
+    def commit(
+        self, ctx: Context, target, params, step: StepInput, pstate, verified, result, n_commit
+    ):
         if self.tree.num_drafts == self.tree.max_depth:  # a chain: the path is already contiguous
             cache = pstate.cache.advance(n_commit)
         else:

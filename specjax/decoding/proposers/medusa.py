@@ -4,9 +4,15 @@ The state is one feature per row: the target's `last_hidden` at the last committ
 feature that produced the pending root token). Head k's logits there rank the candidates for
 depth k + 1 below the root. A node of the block at depth d with sibling rank r holds head
 (d - 1)'s r-th most likely token (Medusa's sparse tree: a node's token depends on its depth
-and rank only), so a chain is every head's top-1, as vLLM drafts it. Drafts are deterministic:
-greedy verification at T=0, the lossless one-hot rule at T>0, Medusa's typical acceptance
-(lossy) only when asked for.
+and rank only), so a chain is every head's top-1, as vLLM drafts it. These drafts are
+deterministic: greedy verification at T=0, the lossless one-hot rule at T>0 (the default),
+Medusa's typical acceptance (lossy) only when asked for.
+
+With `verification="probabilistic"` (T>0) every node's token is instead *sampled* from its
+head's processed distribution (the same temperature / top-k / top-p as the target), siblings
+i.i.d., and the verifier applies the min(1, p/q) rule with the residual: lossless for any q a
+draft was really drawn from, and accepted with sum(min(p, q)) rather than p(top-1), which is
+what pays at T>0 when the target's law is broad.
 
 After verification the new feature is the verify forward's `last_hidden` at the last accepted
 node, read from the same forward: no extra target pass, no cache of its own.
@@ -22,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx, struct
 
+from specjax import sampling as sp
 from specjax.decoding.proposers.base import Context, Draft, StepInput
 from specjax.decoding.trees import Tree
 from specjax.heads import MedusaHeads, check_heads_fit
@@ -55,6 +62,7 @@ class MedusaProposer:
     graphdef: Any
     tree: Tree
     num_heads: int  # K heads used (num_speculative_tokens)
+    sampled: bool = False  # probabilistic verification: nodes sampled from their head's law
     max_positions: int | None = None
     tap_layers: tuple[int, ...] = ()
 
@@ -62,7 +70,8 @@ class MedusaProposer:
     def build(cls, cfg, target, heads):
         check_heads(heads, target, cfg.num_speculative_tokens)
         graphdef, params = nnx.split(heads)
-        return cls(graphdef, cfg.tree, cfg.num_speculative_tokens), params
+        sampled = cfg.verification == "probabilistic"
+        return cls(graphdef, cfg.tree, cfg.num_speculative_tokens, sampled), params
 
     def init(self, ctx: Context, target, params, prompt, prompt_len, prefill):
         last = jnp.maximum(prompt_len - 1, 0)[:, None, None]  # [B, 1, 1]
@@ -73,16 +82,28 @@ class MedusaProposer:
         heads: MedusaHeads = nnx.merge(self.graphdef, params)
         logits = heads(step.pstate.hidden, self.num_heads)  # [B, K, V]
         tree = self.tree
-        width = int(tree.rank.max()) + 1
-        _, top = jax.lax.top_k(logits, width)  # [B, K, width]; ties keep the lower id first
         head = np.maximum(tree.depth[1:] - 1, 0)  # [P] node j's head: depth - 1
-        drafts = top[:, head, tree.rank[1:]].astype(jnp.int32)  # [B, P]
+        probs = None
+        if self.sampled:
+            logq = sp.processed_logprobs(logits, ctx.sampling)[:, head]  # [B, P, V]
+            nodes = jnp.arange(1, tree.num_nodes)  # [P] keys fold in the node id
+            row = lambda k, lq: jax.vmap(  # noqa: E731
+                lambda n, l: jax.random.categorical(jax.random.fold_in(k, n), l)
+            )(nodes, lq)
+            drafts = jax.vmap(row)(key, logq).astype(jnp.int32)  # [B, P]
+            q = jnp.exp(logq)  # [B, P, V] the law each node was drawn from
+            probs = jnp.concatenate([jnp.zeros_like(q[:, :1]), q], axis=1)  # [B, P+1, V]
+        else:
+            width = int(tree.rank.max()) + 1
+            _, top = jax.lax.top_k(logits, width)  # [B, K, width]; ties keep the lower id first
+            drafts = top[:, head, tree.rank[1:]].astype(jnp.int32)  # [B, P]
         tokens = jnp.concatenate([step.root[:, None], drafts], axis=1)  # [B, P+1]
         valid = jnp.ones(tokens.shape, bool)
-        return Draft(tokens=tokens, valid=valid), step.pstate
+        return Draft(tokens=tokens, valid=valid, probs=probs), step.pstate
 
-    def commit(self, ctx: Context, target, params, step: StepInput, pstate, verified, result,
-               n_commit):
+    def commit(
+        self, ctx: Context, target, params, step: StepInput, pstate, verified, result, n_commit
+    ):
         a = result.num_accepted  # [B]
         node = jnp.take_along_axis(result.path, a[:, None], axis=1)  # [B, 1] last accepted
         hidden = jnp.take_along_axis(verified.last_hidden, node[:, :, None], axis=1)[:, 0]

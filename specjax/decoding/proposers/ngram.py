@@ -77,8 +77,9 @@ class NgramProposer:
         valid = jnp.concatenate([jnp.ones((B, 1), bool), valid], axis=1)  # [B, k+1]
         return Draft(tokens=tokens, valid=valid), ps
 
-    def commit(self, ctx: Context, target, params, step: StepInput, pstate, verified, result,
-               n_commit):
+    def commit(
+        self, ctx: Context, target, params, step: StepInput, pstate, verified, result, n_commit
+    ):
         # Committed this step: [root, accepted drafts] at positions L .. L + n_commit - 1.
         L = step.lengths
         block = jnp.concatenate([step.root[:, None], result.tokens[:, :-1]], axis=1)  # [B, M]

@@ -1,0 +1,489 @@
+"""Train draft heads on a target: Medusa-1 (frozen target), Medusa-2 (joint); EAGLE next.
+
+    from specjax.train import heads
+    config = heads.default_config()          # or configs/train_medusa.py:get_config("tiny")
+    config.target = "workdirs/quickstart/target"
+    summary = heads.train_heads(config, "/tmp/medusa")
+    drafts = sj.load_draft("/tmp/medusa")    # the exported <workdir>/heads
+
+Top to bottom: load the target; build the training rows (self-distillation by default: the
+target regenerates continuations of prompts from the train split, `specjax.train.distill`;
+or the corpus text itself, `data.kind = "corpus"`); make the heads (identity blocks, the
+target's LM head); restore; the shared loop (`specjax.train.loop`); export.
+
+The target's features come from its own forward inside the jitted step, under stop_gradient
+(`features.precompute = False`, the default), or are computed once and stored in
+`<workdir>/features/` and read back per batch (`features.precompute = True`, for targets too
+large to run at every step; the stored file is reused while rows and target are the same).
+
+Medusa-2 (`joint.enabled`): the heads train alone for `joint.heads_only_steps` (Medusa-1), then
+the backbone joins with its own learning rate and warm-up; the loss is
+`lm_weight * LM + heads_weight * Medusa (+ kl_weight * KL(original || current))`. The fine-tuned
+target is written to `<workdir>/hf` (`sj.load_model(workdir)`), the heads to `<workdir>/heads`.
+
+Workdir: `checkpoints/` (orbax), `metrics.jsonl` + `tensorboard/`, `heads/` (specjax layout:
+`sj.load_draft(workdir)`), `export/<layout>/` for each layout in `export.layouts`, `hf/` (joint
+runs), `features/` (precomputed), `distill/` (self-distillation rows, unless
+`data.cache_dir` points elsewhere), `results.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx
+
+from specjax import sampling as sp
+from specjax.cache import KVCache
+from specjax.heads import MedusaHeads
+from specjax.io.drafts import HEADS_DIR, save_draft
+from specjax.io.hf import load_model, save_hf
+from specjax.models import Model, as_model
+from specjax.train import checkpoint, data, distill, loop, losses
+from specjax.train.metrics import MetricWriter
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS, FEATURES, DISTILL, RESULTS, HF = (
+    "checkpoints", "features", "distill", "results.json", "hf",
+)  # fmt: skip
+METHODS = ("medusa",)
+RESUME_KEYS = ("method", "target", "seed", "data", "heads", "loss", "joint", "features",
+               "train.batch_size")  # fmt: skip
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every knob of `train_heads` with its default (Medusa-1 on self-distilled data).
+
+    Returns:
+      ConfigDict: method, target (a checkpoint directory or training workdir), seed, data
+      (kind "self_distill" or "corpus", the corpus and split, prompts and generation for
+      self-distillation, seq_len for corpus rows), heads (num_heads, num_layers,
+      shared_blocks, bias), loss (decay), joint (Medusa-2), features (precompute), export
+      (layouts) and train (optimizer and loop knobs, as train_lm's).
+    """
+    placeholder = ml_collections.config_dict.placeholder
+    config = ml_collections.ConfigDict()
+    config.task = "train_heads"
+    config.method = "medusa"
+    config.target = ""
+    config.seed = 0
+    config.data = dict(
+        kind="self_distill",  # or "corpus": the text itself
+        source="embedded",
+        eval_fraction=0.05,
+        seed=0,
+        max_documents=placeholder(int),
+        max_chars=placeholder(int),
+        sample_by="document",
+        num_prompts=128,  # self_distill: prompts per category from the train split
+        eval_prompts=8,  # ... and from the eval split
+        prompt_tokens=32,
+        new_tokens=96,
+        temperature=0.0,  # the target's sampling while it regenerates
+        top_k=0,
+        top_p=1.0,
+        generate_batch_size=32,
+        cache_dir="",  # "" = <workdir>/distill
+        seq_len=128,  # corpus rows
+    )
+    config.heads = dict(num_heads=4, num_layers=1, shared_blocks=False, bias=True)
+    config.loss = dict(decay=0.8)
+    config.joint = dict(
+        enabled=False,
+        heads_only_steps=100,
+        backbone_learning_rate=1e-4,
+        backbone_warmup_steps=50,
+        lm_weight=1.0,
+        heads_weight=0.2,
+        kl_weight=0.0,  # > 0: distil from the original target's logits
+    )
+    config.features = dict(precompute=False, batch_size=16)
+    config.export = dict(layouts=())  # e.g. ("vllm",): also written to <workdir>/export/<layout>
+    config.train = dict(
+        batch_size=8,
+        num_steps=400,
+        learning_rate=1e-3,
+        end_learning_rate_ratio=0.1,
+        warmup_steps=40,
+        weight_decay=0.0,
+        b1=0.9,
+        b2=0.999,
+        grad_clip_norm=1.0,
+        log_every=10,
+        eval_every=100,
+        eval_batches=8,
+        checkpoint_every=100,
+        max_to_keep=2,
+        progress=True,
+        debug_nan_at_step=-1,  # > 0: the loss of that step is made NaN (tests the guard)
+    )
+    return config
+
+
+# ----------------------------------------------------------------------------------- data
+
+
+def check_config(config) -> None:
+    """Refuse what cannot work, naming the key and the value, before anything is loaded."""
+    if config.method not in METHODS:
+        raise ValueError(f"config.method={config.method!r} is not one of {METHODS}")
+    if config.data.kind not in ("self_distill", "corpus"):
+        raise ValueError(
+            f"config.data.kind={config.data.kind!r} is not one of ('self_distill', 'corpus')"
+        )
+    if config.joint.enabled and config.features.precompute:
+        raise ValueError(
+            "config.features.precompute=True needs a frozen target, but config.joint.enabled="
+            "True trains it (its features change every step)"
+        )
+    if config.joint.enabled and config.joint.heads_only_steps >= config.train.num_steps:
+        raise ValueError(
+            f"config.joint.heads_only_steps={config.joint.heads_only_steps} leaves no joint "
+            f"steps before train.num_steps={config.train.num_steps}"
+        )
+
+
+def prepare_rows(config, target: Model, workdir: Path) -> tuple[dict, dict]:
+    """(train rows, eval rows): {"tokens" [N, T] int32, "mask" [N, T] int8} each."""
+    d = config.data
+    ds = data.load_text_dataset(
+        d.source, max_documents=d.max_documents, max_chars=d.max_chars, sample_by=d.sample_by
+    )
+    train_ds, eval_ds = data.split_dataset(ds, d.eval_fraction, d.seed)
+    tok = target.tokenizer
+    if tok is None:
+        raise ValueError("the target needs a tokenizer to tokenize the corpus (load it from a dir)")
+    if d.kind == "corpus":
+        rows = []
+        for split in (train_ds, eval_ds):
+            packed = data.pack(data.tokenize(split["text"], tok), d.seq_len, tok.eos_token_id)
+            rows.append({"tokens": packed, "mask": np.ones(packed.shape, np.int8)})
+        return rows[0], rows[1]
+    sampling = sp.SamplingParams(
+        temperature=float(d.temperature), top_k=int(d.top_k), top_p=float(d.top_p),
+        seed=int(config.seed),
+    )  # fmt: skip
+    cache = Path(d.cache_dir) if d.cache_dir else workdir / DISTILL
+    out = []
+    for split, count, seed in (
+        (train_ds, d.num_prompts, d.seed),
+        (eval_ds, d.eval_prompts, d.seed + 1),
+    ):
+        prompts = [
+            ids for _, ids in data.held_out_prompts(split, tok, count, d.prompt_tokens, seed)
+        ]
+        rows = distill.self_distill(
+            target, prompts, d.new_tokens, sampling, cache,
+            batch_size=d.generate_batch_size, progress=config.train.progress,
+        )  # fmt: skip
+        out.append(distill.as_rows(rows))
+    return out[0], out[1]
+
+
+# ------------------------------------------------------------------------------- features
+
+
+def _forward(graphdef, params, tokens):
+    """The target's forward over whole rows [B, T] (a fresh cache of T slots: causal)."""
+    module = nnx.merge(graphdef, params)
+    B, T = tokens.shape
+    positions = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))  # [B, T]
+    return module(tokens, positions, KVCache.for_model(module.config, B, T))
+
+
+def precompute_features(target: Model, rows: dict, directory: Path, batch_size: int, progress):
+    """The target's `last_hidden` for every row, stored once as `hidden.npy` [N, T, D] float32.
+
+    Reused when the rows and the target are unchanged (`key.json` records both hashes).
+    Returns the array (memory-mapped, read-only).
+    """
+    import hashlib
+
+    directory.mkdir(parents=True, exist_ok=True)
+    key = {
+        "target": distill.target_fingerprint(target),
+        "rows": hashlib.sha256(rows["tokens"].tobytes()).hexdigest(),
+    }
+    path, key_path = directory / "hidden.npy", directory / "key.json"
+    if path.is_file() and key_path.is_file() and json.loads(key_path.read_text()) == key:
+        return np.load(path, mmap_mode="r")
+    graphdef, params = nnx.split(target.module)
+    fn = jax.jit(lambda p, t: _forward(graphdef, p, t).last_hidden)
+    tokens = rows["tokens"]
+    N, T = tokens.shape
+    out = np.lib.format.open_memmap(path, "w+", np.float32, (N, T, target.config.hidden_size))
+    from tqdm.auto import tqdm
+
+    for start in tqdm(range(0, N, batch_size), desc="features", disable=not progress):
+        chunk = tokens[start : start + batch_size]
+        pad = batch_size - len(chunk)  # one shape: one compile
+        full = np.concatenate([chunk, np.repeat(chunk[:1], pad, 0)]) if pad else chunk
+        out[start : start + len(chunk)] = np.asarray(fn(params, full))[: len(chunk)]
+    out.flush()
+    del out
+    key_path.write_text(json.dumps(key) + "\n")
+    return np.load(path, mmap_mode="r")
+
+
+# ----------------------------------------------------------------------------------- steps
+
+
+class Joint(nnx.Module):
+    """Heads and the backbone they read, trained together (Medusa-2)."""
+
+    def __init__(self, heads: MedusaHeads, target):
+        self.heads = heads
+        self.target = target
+
+
+def _backbone_label(path, _):
+    first = path[0]
+    return "heads" if getattr(first, "key", first) == "heads" else "backbone"
+
+
+def make_state(config, target: Model):
+    """(graphdef, state) of nnx.split((trainable, optimizer)) and the heads' lr schedule."""
+    train, h = config.train, config.heads
+    tx, schedule = loop.make_optimizer(train)
+
+    def create():
+        heads = MedusaHeads.for_target(
+            target, h.num_heads, h.num_layers, shared_blocks=h.shared_blocks, bias=h.bias,
+            base_model=str(config.target),
+        )  # fmt: skip
+        if not config.joint.enabled:
+            return heads, nnx.Optimizer(heads, tx, wrt=nnx.Param)
+        j = config.joint
+        backbone_tx, _ = loop.make_optimizer(
+            train, learning_rate=j.backbone_learning_rate, warmup_steps=j.backbone_warmup_steps,
+            start_step=j.heads_only_steps,
+        )  # fmt: skip
+        backbone = nnx.clone(target.module)
+        # Own buffers: the train step donates the joint state, and the frozen original (the
+        # KL reference) must keep its arrays.
+        nnx.update(backbone, jax.tree.map(jnp.copy, nnx.state(backbone)))
+        joint = Joint(heads, backbone)
+        both = optax.multi_transform(
+            {"heads": tx, "backbone": backbone_tx},
+            lambda params: jax.tree_util.tree_map_with_path(_backbone_label, params),
+        )
+        return joint, nnx.Optimizer(joint, both, wrt=nnx.Param)
+
+    graphdef, state = nnx.split(create())
+    return graphdef, state, schedule
+
+
+RANKS = 10  # eval reports each head's hit rate at ranks 0..RANKS-1 (sparse-tree input)
+
+
+def _losses(config, trainable, batch, hidden, ref_logits, ranks: int = 0, heads_only=False):
+    """(loss, metrics) of one batch; `hidden` given for Medusa-1, computed here for joint.
+
+    heads_only: Medusa-2's first stage: the backbone's features under stop_gradient and the
+    Medusa-1 loss alone, so no backbone gradient (and no KL reference) is computed.
+    """
+    tokens, mask = batch["tokens"], batch["mask"]
+    if isinstance(trainable, Joint):
+        B, T = tokens.shape
+        positions = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+        out = trainable.target(tokens, positions, KVCache.for_model(trainable.target.config, B, T))
+        if heads_only:
+            feature = jax.lax.stop_gradient(out.last_hidden)
+            return losses.medusa_loss(trainable.heads(feature), tokens, mask, config.loss.decay)
+        heads_loss, metrics = losses.medusa_loss(
+            trainable.heads(out.last_hidden), tokens, mask, config.loss.decay, ranks
+        )
+        lm = losses.next_token_ce(out.logits, tokens, mask)
+        j = config.joint
+        loss = j.lm_weight * lm + j.heads_weight * heads_loss
+        metrics = {**metrics, "lm_loss": lm, "heads_loss": heads_loss}
+        if j.kl_weight > 0:
+            kl = losses.kl_to_reference(out.logits, ref_logits, tokens, mask)
+            loss, metrics["kl"] = loss + j.kl_weight * kl, kl
+        return loss, metrics
+    return losses.medusa_loss(trainable(hidden), tokens, mask, config.loss.decay, ranks)
+
+
+def make_steps(config, graphdef, target: Model, start: int = 0):
+    """(train_step, eval_step): (state, batch) -> (state, metrics) / metrics; jitted.
+
+    A joint run's train step is two compiled steps: the heads-only one for steps
+    1..joint.heads_only_steps, then the joint one (`start`: the restored step).
+    """
+    t_graphdef, t_params = nnx.split(target.module)
+    joint, nan_at = config.joint.enabled, config.train.debug_nan_at_step
+    kl = joint and config.joint.kl_weight > 0
+
+    def inputs(batch, heads_only=False):
+        """The frozen target's features (or None: the joint model computes its own)."""
+        if joint:
+            if not kl or heads_only:
+                return None, None
+            ref = _forward(t_graphdef, t_params, batch["tokens"]).logits
+            return None, jax.lax.stop_gradient(ref)
+        if "hidden" in batch:
+            return batch["hidden"], None
+        return jax.lax.stop_gradient(
+            _forward(t_graphdef, t_params, batch["tokens"]).last_hidden
+        ), None
+
+    def train_step(state, batch, heads_only=False):
+        trainable, optimizer = nnx.merge(graphdef, state)
+        hidden, ref = inputs(batch, heads_only)
+
+        def loss_fn(model):
+            loss, metrics = _losses(config, model, batch, hidden, ref, heads_only=heads_only)
+            if nan_at > 0:  # static: the hook costs nothing when off
+                loss = jnp.where(optimizer.step[...] + 1 == nan_at, jnp.nan, loss)
+            return loss, metrics
+
+        (loss, metrics), grads = nnx.value_and_grad(loss_fn, has_aux=True)(trainable)
+        optimizer.update(trainable, grads)
+        return nnx.state((trainable, optimizer)), {"loss": loss, **metrics}
+
+    def eval_step(state, batch):
+        trainable, _ = nnx.merge(graphdef, state)
+        hidden, ref = inputs(batch)
+        loss, metrics = _losses(config, trainable, batch, hidden, ref, RANKS)
+        return {"loss": loss, **metrics}
+
+    step = jax.jit(train_step, donate_argnums=0, static_argnames="heads_only")
+    if not joint:
+        return step, jax.jit(eval_step)
+    done = [start]  # steps taken so far (the loop calls the step once per step, in order)
+
+    def staged(state, batch):
+        done[0] += 1
+        return step(state, batch, heads_only=done[0] <= config.joint.heads_only_steps)
+
+    return staged, jax.jit(eval_step)
+
+
+def evaluate(eval_step, state, rows: dict, batch_size: int, num_batches: int) -> dict:
+    """Means over the first `num_batches` batches of the eval rows: eval/loss and, per head,
+    eval/head_<k>/{ce, top1, top5} (top-k accuracy of the token at t + k + 2)."""
+    n = data.num_rows(rows)
+    batch_size = min(batch_size, n)
+    count = max(1, min(num_batches, n // batch_size))
+    results = []
+    for i in range(count):
+        batch = {k: np.asarray(v[i * batch_size : (i + 1) * batch_size]) for k, v in rows.items()}
+        results.append(eval_step(state, batch))
+    host = jax.device_get(results)
+    return {f"eval/{k}": float(np.mean([r[k] for r in host])) for k in host[0]}
+
+
+# ----------------------------------------------------------------------------------- the run
+
+
+def train_heads(config: ml_collections.ConfigDict, workdir, *, target=None) -> dict:
+    """Trains (or resumes) draft heads on `config.target` and exports them.
+
+    Resume order as `specjax.train.loop` states it; the training rows are rebuilt
+    deterministically (self-distillation rows are reused from their cache).
+
+    Args:
+      config: see `default_config`.
+      workdir: the run's directory (created if missing).
+      target: a loaded Model to use instead of loading `config.target`.
+    Returns:
+      Summary dict (also `<workdir>/results.json`): step, resumed_from, train_loss,
+      eval_loss, top1 / top5 (per head), rank_accuracy (per head and rank), heads_dir, hf_dir (joint runs), num_params,
+      train_rows, data_kind, train_seconds.
+    """
+    check_config(config)
+    workdir = Path(workdir).absolute()
+    workdir.mkdir(parents=True, exist_ok=True)
+    train = config.train
+
+    # Setup: target, rows, features, heads, optimizer.
+    if target is None:
+        if not config.target:
+            raise ValueError("config.target is empty: set it to a checkpoint dir or LM workdir")
+        target = load_model(config.target)
+    target = as_model(target)
+    train_rows, eval_rows = prepare_rows(config, target, workdir)
+    if config.features.precompute:
+        fb, bar = config.features.batch_size, train.progress
+        train_rows["hidden"] = precompute_features(
+            target, train_rows, workdir / FEATURES / "train", fb, bar
+        )
+        eval_rows["hidden"] = precompute_features(
+            target, eval_rows, workdir / FEATURES / "eval", fb, bar
+        )
+    graphdef, state, schedule = make_state(config, target)
+    log.info("%s heads: %d rows of %d tokens (%s)", config.method, data.num_rows(train_rows),
+             train_rows["tokens"].shape[1], config.data.kind)  # fmt: skip
+
+    # Restore.
+    manager = checkpoint.make_manager(workdir / CHECKPOINTS, max_to_keep=train.max_to_keep)
+    start = manager.latest_step() or 0
+    if start:
+        loop.check_resumable(checkpoint.saved_config(manager, start), config, start, RESUME_KEYS)
+        loop.restore(manager, start, state)
+        log.info("resumed from step %d of %d", start, train.num_steps)
+
+    # Loop, eval, save.
+    writer = MetricWriter(workdir, resume_step=start)
+    train_step, eval_step = make_steps(config, graphdef, target, start)
+    eval_fn = lambda s: evaluate(eval_step, s, eval_rows, train.batch_size, train.eval_batches)  # noqa: E731
+    stream = data.batches(train_rows, train.batch_size, config.seed, start_step=start)
+    begin = time.perf_counter()
+    try:
+        state, final = loop.run(
+            config, state, train_step, eval_fn, stream, manager, writer, schedule, start,
+            desc=f"train {config.method} heads",
+            tokens_per_step=train.batch_size * train_rows["tokens"].shape[1],
+        )  # fmt: skip
+    finally:
+        manager.wait_until_finished()
+        writer.close()
+
+    trainable, _ = nnx.merge(graphdef, state)
+    heads = trainable.heads if isinstance(trainable, Joint) else trainable
+    K = heads.config.num_heads
+    summary = {
+        "task": "train_heads",
+        "method": config.method,
+        "step": int(train.num_steps),
+        "resumed_from": start,
+        "train_loss": final.get("train/loss", math.nan),
+        "eval_loss": final["eval/loss"],
+        "top1": [final[f"eval/head_{k}/top1"] for k in range(K)],
+        "top5": [final[f"eval/head_{k}/top5"] for k in range(K)],
+        # [K][RANKS]: how often exactly head k's rank-r token is right (trees.sparse_tree).
+        "rank_accuracy": [
+            [
+                final[f"eval/head_{k}/rank_{r}"]
+                for r in range(RANKS)
+                if f"eval/head_{k}/rank_{r}" in final
+            ]
+            for k in range(K)
+        ],
+        "num_params": heads.config.num_params(),
+        "train_rows": data.num_rows(train_rows),
+        "data_kind": config.data.kind,
+        "train_seconds": round(time.perf_counter() - begin, 2),
+        "heads_dir": str(workdir / HEADS_DIR),
+    }
+    if jax.process_index() == 0:
+        save_draft(heads, workdir / HEADS_DIR, layout="specjax")
+        for layout in config.export.layouts:
+            save_draft(heads, workdir / "export" / layout, layout=layout)
+        if isinstance(trainable, Joint):
+            save_hf(Model(trainable.target, target.tokenizer, str(workdir / HF)), workdir / HF)
+            summary["hf_dir"] = str(workdir / HF)
+            summary["eval_lm_loss"] = final.get("eval/lm_loss")
+        (workdir / RESULTS).write_text(json.dumps(summary, indent=2) + "\n")
+    log.info("heads: eval top-1 %s", " / ".join(f"{a:.2f}" for a in summary["top1"]))
+    return summary

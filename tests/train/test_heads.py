@@ -1,0 +1,205 @@
+"""The head trainer: heads learn, a SIGKILLed run resumes exactly, self-distillation rows are
+the target's own generations, precomputed features equal on-the-fly ones, Medusa-2 writes a
+target and heads that both load, and bad configs are refused by name.
+
+The corpus is synthetic and learnable in seconds: lines of the alphabet in cyclic order from
+a random letter ("q r s t ..."), so the token at t + 2 and t + 3 is a function of the token
+at t. A tiny LM is trained on it once per module (~20 s); head runs take seconds each.
+"""
+
+import os
+import shutil
+import signal
+import string
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import specjax as sj
+from configs import train_lm as train_lm_configs
+from configs import train_medusa
+from specjax.io.drafts import medusa_arrays
+from specjax.train import heads as th
+from specjax.train import lm
+from specjax.train.metrics import read_jsonl
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    letters = string.ascii_lowercase
+    lines = []
+    for _ in range(400):
+        s = int(rng.integers(26))
+        lines.append(" ".join(letters[(s + j) % 26] for j in range(40)))
+    path = tmp_path_factory.mktemp("corpus") / "cycles.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def target_dir(corpus, tmp_path_factory):
+    config = train_lm_configs.get_config("tiny")
+    config.data.update(source=str(corpus), sample_by="line", max_chars=None, eval_fraction=0.1)
+    config.tokenizer.vocab_size = 300
+    config.train.update(num_steps=60, learning_rate=1e-2, progress=False)
+    workdir = tmp_path_factory.mktemp("target")
+    lm.train_lm(config, workdir)
+    return workdir
+
+
+def heads_config(corpus, target_dir, **train):
+    config = train_medusa.get_config("tiny")
+    config.target = str(target_dir)
+    config.data.update(kind="corpus", source=str(corpus), sample_by="line", eval_fraction=0.1,
+                       seq_len=32)  # fmt: skip
+    config.train.update(num_steps=60, learning_rate=1e-2, eval_every=30, checkpoint_every=30,
+                        progress=False)  # fmt: skip
+    config.train.update(train)
+    return config
+
+
+def arrays(workdir):
+    return [a for a in medusa_arrays(sj.load_draft(workdir)) if a is not None]
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, target_dir, tmp_path_factory):
+    """An uninterrupted corpus-mode run: (config, workdir, summary)."""
+    config = heads_config(corpus, target_dir)
+    workdir = tmp_path_factory.mktemp("heads")
+    return config, workdir, th.train_heads(config, workdir)
+
+
+def test_heads_learn_the_tokens_two_and_three_ahead(reference, target_dir):
+    config, workdir, summary = reference
+    target = sj.load_model(target_dir)
+    rows = th.prepare_rows(config, target, workdir)[1]
+    graphdef, state, _ = th.make_state(config, target)  # untrained: identity + the LM head
+    _, eval_step = th.make_steps(config, graphdef, target)
+    untrained = th.evaluate(eval_step, state, rows, config.train.batch_size, 8)
+    assert summary["eval_loss"] < 0.5 * untrained["eval/loss"], (summary, untrained)
+    # 26 letters follow each other in order: chance is ~1/26 for head 1 (token t + 3).
+    assert summary["top1"][1] > 0.6 and untrained["eval/head_1/top1"] < 0.2, summary["top1"]
+    logged = [r["train/loss"] for r in read_jsonl(workdir / "metrics.jsonl") if "train/loss" in r]
+    assert logged[-1] < 0.5 * logged[0]
+    heads = sj.load_draft(workdir, target=target)
+    assert heads.config.num_heads == 2 and heads.config.base_model == str(target_dir)
+
+
+def test_sigkilled_run_resumes_to_the_uninterrupted_parameters(corpus, target_dir, tmp_path):
+    overrides = {"train.num_steps": 400, "train.checkpoint_every": 50, "train.eval_every": 200}
+    ref_dir = tmp_path / "ref"
+    config = heads_config(corpus, target_dir, **{k.split(".")[1]: v for k, v in overrides.items()})
+    th.train_heads(config, ref_dir)
+    workdir = tmp_path / "killed"
+    argv = [sys.executable, "-m", "launch.main", "--config=configs/train_medusa.py:tiny",
+            f"--workdir={workdir}", f"--config.target={target_dir}"]  # fmt: skip
+    flat = {"data.kind": "corpus", "data.source": str(corpus), "data.sample_by": "line",
+            "data.eval_fraction": 0.1, "data.seq_len": 32, "train.learning_rate": 0.01,
+            "train.progress": False, **overrides}  # fmt: skip
+    argv += [f"--config.{k}={v}" for k, v in flat.items()]
+    log_path = tmp_path / "stderr.txt"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=log,
+                                env={**os.environ, "JAX_PLATFORMS": "cpu"})  # fmt: skip
+        deadline = time.monotonic() + 240
+        ckpts = workdir / th.CHECKPOINTS
+        while proc.poll() is None and time.monotonic() < deadline:
+            if ckpts.is_dir() and any(p.name.isdigit() for p in ckpts.iterdir()):
+                break
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, log_path.read_text()[-3000:]
+    assert not (workdir / "heads").exists()  # killed before the end
+    summary = th.train_heads(config, workdir)
+    assert 0 < summary["resumed_from"] < 400
+    for got, want in zip(arrays(workdir), arrays(ref_dir), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_self_distilled_rows_are_the_targets_greedy_continuations(corpus, target_dir, tmp_path):
+    config = heads_config(corpus, target_dir)
+    config.data.update(kind="self_distill", num_prompts=3, eval_prompts=1, prompt_tokens=8,
+                       new_tokens=12, generate_batch_size=2)  # fmt: skip
+    target = sj.load_model(target_dir)
+    rows, _ = th.prepare_rows(config, target, tmp_path)
+    assert rows["tokens"].shape == (3, 20)
+    assert rows["mask"].tolist() == [[0] * 8 + [1] * 12] * 3
+    prompts = rows["tokens"][:, :8].tolist()
+    out = sj.generate(target, prompts, 12, stop_token_ids=[])
+    assert rows["tokens"][:, 8:].tolist() == out.tokens
+    # A second run reuses the stored rows (nothing is generated again).
+    stored = sorted((tmp_path / th.DISTILL).iterdir())
+    again, _ = th.prepare_rows(config, target, tmp_path)
+    assert sorted((tmp_path / th.DISTILL).iterdir()) == stored
+    np.testing.assert_array_equal(again["tokens"], rows["tokens"])
+
+
+def test_precomputed_features_train_the_same_heads(corpus, target_dir, tmp_path):
+    config = heads_config(corpus, target_dir, num_steps=20)
+    th.train_heads(config, tmp_path / "live")
+    config.features.precompute = True
+    th.train_heads(config, tmp_path / "stored")
+    assert (tmp_path / "stored" / th.FEATURES / "train" / "hidden.npy").is_file()
+    for got, want in zip(arrays(tmp_path / "stored"), arrays(tmp_path / "live"), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_medusa2_writes_a_target_and_heads_that_load(corpus, target_dir, tmp_path):
+    config = heads_config(corpus, target_dir, num_steps=20)
+    config.joint.update(enabled=True, heads_only_steps=10, kl_weight=1.0,
+                        backbone_learning_rate=1e-3, backbone_warmup_steps=2)  # fmt: skip
+    summary = th.train_heads(config, tmp_path)
+    original, tuned = sj.load_model(target_dir), sj.load_model(tmp_path)
+    assert summary["hf_dir"] == str(tmp_path / th.HF)
+    before, after = sj.io.hf.export_state(original.module), sj.io.hf.export_state(tuned.module)
+    assert any(not np.array_equal(before[k], after[k]) for k in before)  # the backbone trained
+    records = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/loss" in r]
+    # Steps 1..10 train the heads alone (no backbone gradient, no KL), then the joint loss.
+    assert [r["step"] for r in records] == [5, 10, 15, 20]
+    assert not any("train/kl" in r or "train/lm_loss" in r for r in records[:2])
+    assert all("train/kl" in r and "train/lm_loss" in r for r in records[2:])
+    heads = sj.load_draft(tmp_path, target=tuned)
+    prompts = [[5, 6, 7, 8], [9, 10, 11]]
+    ref = sj.generate(tuned, prompts, 12, stop_token_ids=[]).tokens
+    cfg = {"method": "medusa", "model": heads, "num_speculative_tokens": 2}
+    assert sj.generate(tuned, prompts, 12, stop_token_ids=[], speculative_config=cfg).tokens == ref
+
+
+def test_non_finite_loss_stops_the_run(corpus, target_dir, tmp_path):
+    config = heads_config(corpus, target_dir, debug_nan_at_step=7, checkpoint_every=5, log_every=5)
+    with pytest.raises(FloatingPointError, match="at step 7"):
+        th.train_heads(config, tmp_path)
+    assert not (tmp_path / "heads").exists()
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"method": "eagle7"}, r"config.method='eagle7' is not one of"),
+        ({"data.kind": "books"}, r"config.data.kind='books' is not one of"),
+        ({"joint.enabled": True, "features.precompute": True}, "precompute=True needs a frozen"),
+        ({"joint.enabled": True, "joint.heads_only_steps": 60}, "heads_only_steps=60 leaves no"),
+        ({"target": ""}, "config.target is empty"),
+    ],
+)
+def test_bad_configs_are_refused_by_name(corpus, target_dir, tmp_path, change, match):
+    config = heads_config(corpus, target_dir)
+    for key, value in change.items():
+        node = config
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    with pytest.raises(ValueError, match=match):
+        th.train_heads(config, tmp_path)
+    assert not (tmp_path / th.CHECKPOINTS).exists()
+    shutil.rmtree(tmp_path, ignore_errors=True)
