@@ -19,7 +19,7 @@ from __future__ import annotations
 import ml_collections
 
 # Medusa's default sparse tree in benchmarks and the quickstart (specjax.decoding.trees).
-DEFAULT_MEDUSA_TREE = "mc_sim_7b_63"
+DEFAULT_MEDUSA_TREE = "medusa_k4_8"  # chosen by measurement: BENCHMARKS.md "Medusa"
 
 
 def default_config() -> ml_collections.ConfigDict:
