@@ -55,9 +55,9 @@ MODELS = {
 TRAIN = {
     "target": dict(
         batch_size=8,
-        num_steps=600,
+        num_steps=400,
         learning_rate=1.5e-3,
-        warmup_steps=60,
+        warmup_steps=40,
         eval_every=200,
         checkpoint_every=200,
     ),

@@ -2,7 +2,7 @@
 
 `specjax.generate` / `specjax.generate_stream` take a model or a checkpoint directory, and a
 `speculative_config` whose `model` may be a checkpoint directory too (a draft LM for
-`draft_model`, draft heads for `medusa`). They validate the config, load what is named by
+`draft_model`, draft heads for `medusa`, `eagle` and `eagle3`). They validate the config, load what is named by
 path, and hand loaded objects to the engine (`specjax.decoding.engine`), which never reads a
 file.
 """

@@ -20,6 +20,10 @@ import ml_collections
 
 # Medusa's default sparse tree in benchmarks and the quickstart (specjax.decoding.trees).
 DEFAULT_MEDUSA_TREE = "medusa_k4_8"  # chosen by measurement: BENCHMARKS.md "Medusa"
+# EAGLE-1's static tree (the reference's default, cut to num_speculative_tokens) and the
+# dynamic tree's sizes for EAGLE-2/3 on this CPU (its depth is num_speculative_tokens).
+DEFAULT_EAGLE_TREE = "eagle1_25"
+DEFAULT_DYNAMIC_TREE = {"top_k": 4, "total_tokens": 12}
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -27,10 +31,12 @@ def default_config() -> ml_collections.ConfigDict:
 
     Returns:
       A ConfigDict: target / draft (checkpoint directories, "" = unset), heads (one slot
-      per head family: heads.medusa = a heads directory or head-training workdir), methods
+      per head family: heads.medusa / heads.eagle / heads.eagle3 = a heads directory or
+      head-training workdir), methods
       (names registered in `specjax.bench.methods`), the method knobs (num_speculative_tokens,
       draft_tree, prompt_lookup_min/max, medusa_tree: a named tree cut to
-      num_speculative_tokens heads, "" = a chain), the grid (batch_sizes x temperatures), the
+      num_speculative_tokens heads, "" = a chain; eagle_tree: EAGLE-1's static tree, cut
+      likewise; dynamic_tree: EAGLE-2/3's top_k and total_tokens), the grid (batch_sizes x temperatures), the
       workload (max_new_tokens, prompt_tokens, num_prompts per category), repeats (timed
       repeats per cell, each interleaved with the autoregressive baseline), tau_vs_n (the
       draft-depth sweep of draft_model at batch 1, at tau_vs_n_temperature, default 0), data (where held-out prompts
@@ -39,13 +45,15 @@ def default_config() -> ml_collections.ConfigDict:
     cfg = ml_collections.ConfigDict()
     cfg.target = ""
     cfg.draft = ""
-    cfg.heads = ml_collections.ConfigDict(dict(medusa=""))
+    cfg.heads = ml_collections.ConfigDict(dict(medusa="", eagle="", eagle3=""))
     cfg.methods = ("draft_model", "draft_tree", "ngram")
     cfg.num_speculative_tokens = 4
     cfg.draft_tree = ml_collections.ConfigDict(dict(depth=3, width=2))
     cfg.prompt_lookup_min = 1
     cfg.prompt_lookup_max = 3
     cfg.medusa_tree = DEFAULT_MEDUSA_TREE
+    cfg.eagle_tree = DEFAULT_EAGLE_TREE
+    cfg.dynamic_tree = ml_collections.ConfigDict(DEFAULT_DYNAMIC_TREE)
     cfg.batch_sizes = (1, 8)
     cfg.temperatures = (0.0, 1.0)
     cfg.max_new_tokens = 64

@@ -5,9 +5,10 @@
 Top to bottom: load the target (and the draft, if any); take held-out prompts of each
 category (code, prose) with the target's tokenizer; for every method x batch size x
 temperature, warm up (the compile is timed and reported apart), then `cfg.repeats` timed
-repeats interleaved with the autoregressive baseline (`timing.Runner.compare`), per category
-and pooled over categories ("overall"); then the tau-vs-N sweep of draft_model at batch 1
-(T=0 unless `tau_vs_n_temperature` says otherwise). Every call generates exactly
+repeats round-robin with one autoregressive baseline per (batch size, temperature) cell
+(`timing.Runner.compare_many`: AR, m1, m2, ..., AR, m1, ...), per category and pooled over
+categories ("overall"); then the tau-vs-N sweep of draft_model at batch 1 (T=0 unless
+`tau_vs_n_temperature` says otherwise; the N the grid already ran is reused). Every call generates exactly
 `max_new_tokens` per row (no stop ids), so all methods do the same work. Writes `results.json`, `report.md` and `plots/*.png` in workdir.
 
 The draft's vocabulary is checked against the target's once, here; the timed calls get the
@@ -78,29 +79,50 @@ def _cell_rows(name, batch_size, temperature, measured) -> list[dict]:
     return rows
 
 
-def _tau_vs_n(cfg, runner, workloads, draft, progress) -> list[dict]:
-    """draft_model at batch 1 and cfg.tau_vs_n_temperature, for N in cfg.tau_vs_n."""
-    points = []
+def _tau_vs_n(cfg, runner, workloads, draft, grid_rows) -> list[dict]:
+    """draft_model at batch 1 and cfg.tau_vs_n_temperature, for N in cfg.tau_vs_n.
+
+    Every N is timed in one round-robin against one baseline; an N the grid already ran
+    (draft_model at num_speculative_tokens, batch 1, the same temperature) reuses its row.
+    """
     temperature = float(cfg.get("tau_vs_n_temperature", 0.0))
-    for n in cfg.tau_vs_n:
-        spec = mt.speculative_config("draft_model", mt.with_depth(cfg, "draft_model", n), draft)
-        measured = runner.compare(workloads, temperature, spec, cfg.repeats)
-        row = _cell_rows("draft_model", 1, temperature, measured)[-1]
-        points.append(
-            {
-                "n": int(n),
-                "temperature": temperature,
-                "tau": row["tau"],
-                "speedup": row["speedup"],
-                "alpha": row["alpha"],
-                "acceptance_by_position": row["acceptance_by_position"],
-                "compile_s": row["compile_s"],
-                "times_s": row["times_s"],
-                "ar_times_s": row["ar_times_s"],
-            }
-        )
-        progress.update()
-    return points
+    measured_rows = {}
+    for row in grid_rows:
+        if (row["method"], row["batch_size"], row["temperature"], row["category"]) == (
+            "draft_model",
+            1,
+            temperature,
+            OVERALL,
+        ):
+            measured_rows[int(cfg.num_speculative_tokens)] = row
+    specs = {
+        int(n): mt.speculative_config("draft_model", mt.with_depth(cfg, "draft_model", n), draft)
+        for n in cfg.tau_vs_n
+        if int(n) not in measured_rows
+    }
+    if specs:
+        many = runner.compare_many(workloads, temperature, specs, int(cfg.repeats))
+        for n, measured in many.items():
+            measured_rows[n] = _cell_rows("draft_model", 1, temperature, measured)[-1]
+    return [
+        {
+            "n": int(n),
+            "temperature": temperature,
+            **{
+                key: measured_rows[int(n)][key]
+                for key in (
+                    "tau",
+                    "speedup",
+                    "alpha",
+                    "acceptance_by_position",
+                    "compile_s",
+                    "times_s",
+                    "ar_times_s",
+                )
+            },
+        }
+        for n in cfg.tau_vs_n
+    ]
 
 
 def _invoked(argv: list[str]) -> str:
@@ -131,6 +153,12 @@ def _command(cfg, workdir, target, draft) -> dict:
 
 def _describe_heads(heads) -> str:
     c = heads.config
+    if c.method in ("eagle", "eagle3"):
+        taps = f", taps {c.tap_layers}, draft vocab {c.draft_vocab_size}" if c.tap_layers else ""
+        return (
+            f"{c.method} drafter: 1 layer, {c.num_params() / 1e6:.2f}M params{taps}, "
+            f"base {c.base_model or '?'}"
+        )
     return (
         f"{c.method} heads: K={c.num_heads}, {c.num_layers} block(s), "
         f"{c.num_params() / 1e6:.2f}M params, base {c.base_model or '?'}"
@@ -162,24 +190,24 @@ def run_bench(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
     prompts = prompts_by_category(cfg, target.tokenizer)
     runner = timing.Runner(target, int(cfg.max_new_tokens), int(cfg.seed))
     sweep = list(cfg.tau_vs_n) if draft is not None else []
-    grid = [
-        (name, int(b), float(t))
-        for name in cfg.methods
-        for b in cfg.batch_sizes
-        for t in cfg.temperatures
-    ]
+    cells = [(int(b), float(t)) for b in cfg.batch_sizes for t in cfg.temperatures]
     runs = []
-    with tqdm(total=len(grid) + len(sweep), desc="bench", unit="run") as progress:
-        for name, batch_size, temperature in grid:
-            progress.set_postfix_str(f"{name} b={batch_size} T={temperature}")
-            spec = mt.speculative_config(name, cfg, drafts)
+    # One round-robin per (batch size, temperature): every method against one baseline.
+    with tqdm(total=len(cells) + bool(sweep), desc="bench", unit="cell") as progress:
+        for batch_size, temperature in cells:
+            progress.set_postfix_str(f"b={batch_size} T={temperature}: {', '.join(cfg.methods)}")
+            specs = {name: mt.speculative_config(name, cfg, drafts) for name in cfg.methods}
             workloads = {c: timing.make_batches(p, batch_size) for c, p in prompts.items()}
-            measured = runner.compare(workloads, temperature, spec, int(cfg.repeats))
-            runs += _cell_rows(name, batch_size, temperature, measured)
+            many = runner.compare_many(workloads, temperature, specs, int(cfg.repeats))
+            for name in cfg.methods:
+                runs += _cell_rows(name, batch_size, temperature, many[name])
             progress.update()
-        progress.set_postfix_str("tau vs N")
-        singles = {c: timing.make_batches(p, 1) for c, p in prompts.items()}
-        tau_vs_n = _tau_vs_n(cfg, runner, singles, drafts, progress) if sweep else []
+        tau_vs_n = []
+        if sweep:
+            progress.set_postfix_str("tau vs N")
+            singles = {c: timing.make_batches(p, 1) for c, p in prompts.items()}
+            tau_vs_n = _tau_vs_n(cfg, runner, singles, drafts, runs)
+            progress.update()
     results = {
         "machine": machine,
         "config": cfg.to_dict(),

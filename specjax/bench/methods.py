@@ -253,3 +253,58 @@ def _medusa_chain(cfg, drafts):
         "num_speculative_tokens": int(cfg.num_speculative_tokens),
         **_verification(cfg),
     }
+
+
+def eagle_tree(cfg, n: int) -> trees.Tree:
+    """EAGLE-1's static tree with depth n: `cfg.eagle_tree` cut to depth n (a chain if unset)."""
+    name = cfg.get("eagle_tree", "")
+    return trees.truncate(trees.get_tree(name), n) if name else trees.chain(n)
+
+
+def _dynamic_tree(cfg) -> dict:
+    """EAGLE-2's tree sizes from `cfg.dynamic_tree` (top_k, total_tokens); depth = N."""
+    d = cfg.dynamic_tree
+    return {"dynamic": {"top_k": int(d.top_k), "total_tokens": int(d.total_tokens)}}
+
+
+@register_method(
+    "eagle1", needs_heads="eagle", nodes=lambda cfg, n: eagle_tree(cfg, n).num_drafts
+)
+def _eagle1(cfg, drafts):
+    """EAGLE-1: its drafter on a static tree (`cfg.eagle_tree`)."""
+    k = int(cfg.num_speculative_tokens)
+    return {
+        "method": "eagle",
+        "model": drafts.head("eagle"),
+        "num_speculative_tokens": k,
+        "draft_tree": eagle_tree(cfg, k),
+        **_verification(cfg),
+    }
+
+
+@register_method(
+    "eagle2", needs_heads="eagle", nodes=lambda cfg, n: int(cfg.dynamic_tree.total_tokens)
+)
+def _eagle2(cfg, drafts):
+    """EAGLE-2: the EAGLE-1 drafter on the dynamic tree (`cfg.dynamic_tree`, depth N)."""
+    return {
+        "method": "eagle",
+        "model": drafts.head("eagle"),
+        "num_speculative_tokens": int(cfg.num_speculative_tokens),
+        "draft_tree": _dynamic_tree(cfg),
+        **_verification(cfg),
+    }
+
+
+@register_method(
+    "eagle3", needs_heads="eagle3", nodes=lambda cfg, n: int(cfg.dynamic_tree.total_tokens)
+)
+def _eagle3(cfg, drafts):
+    """EAGLE-3: its drafter on the dynamic tree (`cfg.dynamic_tree`, depth N)."""
+    return {
+        "method": "eagle3",
+        "model": drafts.head("eagle3"),
+        "num_speculative_tokens": int(cfg.num_speculative_tokens),
+        "draft_tree": _dynamic_tree(cfg),
+        **_verification(cfg),
+    }

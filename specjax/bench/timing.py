@@ -3,8 +3,8 @@
 A *workload* is a category's prompts cut into batches of one batch size; one timed run is
 `generate` over every batch in turn, wall-clock, results pulled to the host. `compare` times
 a method against the autoregressive baseline on the same workloads with the runs
-interleaved (AR, method, AR, method, ...), so slow drifts of a shared machine hit both
-sides alike; speedup = median(AR time) / median(method time).
+interleaved (AR, method, AR, method, ...; with several methods AR, m1, m2, ..., AR, m1, ...),
+so slow drifts of a shared machine hit both sides alike; speedup = median(AR time) / median(method time).
 
 Acceptance statistics from several `generate` calls are pooled by their counts, not by
 averaging ratios: tau = (accepted + steps) / steps over all calls, and the unconditional
@@ -153,49 +153,74 @@ class Runner:
     def compare(self, workloads: dict, temperature: float, spec: dict | None, repeats: int):
         """Time `spec` against autoregressive on every workload, interleaved.
 
+        One method's `compare_many` (see there for the returned dict).
+        """
+        return self.compare_many(workloads, temperature, {"method": spec}, repeats)["method"]
+
+    def compare_many(self, workloads: dict, temperature: float, specs: dict, repeats: int):
+        """Time several methods against one autoregressive baseline, round-robin.
+
+        Each repeat runs AR and then every method once on every workload (AR, m1, m2, ...,
+        AR, m1, m2, ...), so every method's times and the baseline's come from the same
+        stretch of wall time, and the baseline is timed once per repeat for all methods
+        rather than once per method (the benchmark's grid cells share it).
+
         Args:
           workloads: {category: batches} (see `make_batches`); all batches one shape.
-          temperature: sampling temperature for both sides.
-          spec: the method's speculative_config (None compares AR with itself).
+          temperature: sampling temperature for every side.
+          specs: {name: speculative_config} (None compares AR with itself).
           repeats: timed repeats per side (>= 1).
         Returns:
-          dict: per category {times_s, ar_times_s (per repeat, summed over the category's
-          calls), stats (pooled, first timed repeat)}, plus warmup_s / compile_s for the
-          method and the baseline and `retraced` (compiles during timed repeats; 0 when
-          the timings are clean).
+          {name: dict}: per category {times_s, ar_times_s (per repeat, summed over the
+          category's calls; the same baseline for every name), stats (pooled, first timed
+          repeat)}, plus warmup_s / compile_s for the method and the baseline and
+          `retraced` (compiles during timed repeats, counted over the whole round-robin; 0
+          when the timings are clean).
         """
         repeats = check_int("repeats", repeats, 1)
+        if not specs:
+            raise ValueError("compare_many needs at least one method")
         first = next(iter(workloads.values()))[:1]
+        first_cat = next(iter(workloads))
         warm = {}
-        for side, s in (("ar", None), ("method", spec)):
+        for side, s in ((None, None), *specs.items()):  # None: the AR baseline
             start = time.perf_counter()
             self.run(first, temperature, s)
             warm[side] = time.perf_counter() - start
         traces = engine.trace_count()
-        result = {cat: {"times_s": [], "ar_times_s": [], "stats": None} for cat in workloads}
-        first_call = {"ar": [], "method": []}
+        result = {
+            name: {cat: {"times_s": [], "ar_times_s": [], "stats": None} for cat in workloads}
+            for name in specs
+        }
+        first_call = {side: [] for side in warm}
         for _ in range(repeats):
             for cat, batches in workloads.items():
                 ar_seconds, _ = self.run(batches, temperature, None)
-                seconds, stats = self.run(batches, temperature, spec)
-                entry = result[cat]
-                entry["ar_times_s"].append(sum(ar_seconds))
-                entry["times_s"].append(sum(seconds))
-                entry["stats"] = entry["stats"] or stats
-                if cat == next(iter(workloads)):
-                    first_call["ar"].append(ar_seconds[0])
-                    first_call["method"].append(seconds[0])
+                if cat == first_cat:
+                    first_call[None].append(ar_seconds[0])
+                for name, spec in specs.items():
+                    seconds, stats = self.run(batches, temperature, spec)
+                    entry = result[name][cat]
+                    entry["ar_times_s"].append(sum(ar_seconds))
+                    entry["times_s"].append(sum(seconds))
+                    entry["stats"] = entry["stats"] or stats
+                    if cat == first_cat:
+                        first_call[name].append(seconds[0])
         retraced = engine.trace_count() - traces
         if retraced:
             log.warning("%d compile(s) during timed repeats: timings include them", retraced)
         steady = {k: statistics.median(v) for k, v in first_call.items()}
+        ar_compile = max(warm[None] - steady[None], 0.0)
         return {
-            "categories": result,
-            "warmup_s": warm["method"],
-            "compile_s": max(warm["method"] - steady["method"], 0.0),
-            "ar_warmup_s": warm["ar"],
-            "ar_compile_s": max(warm["ar"] - steady["ar"], 0.0),
-            "retraced": retraced,
+            name: {
+                "categories": result[name],
+                "warmup_s": warm[name],
+                "compile_s": max(warm[name] - steady[name], 0.0),
+                "ar_warmup_s": warm[None],
+                "ar_compile_s": ar_compile,
+                "retraced": retraced,
+            }
+            for name in specs
         }
 
 

@@ -75,7 +75,9 @@ def prefill(static: Static, params, prompt, prompt_len, max_new, stop_ids, keys)
         reached=jnp.zeros((B, M), jnp.int32),
     )
     if spec is not None:
-        pstate = spec.proposer.init(static.context, model, params[1], prompt, prompt_len, out)
+        pstate = spec.proposer.init(
+            static.context, model, params[1], prompt, prompt_len, out, first
+        )
         state = state.replace(proposer=pstate)
     return emit(state, first[:, None], jnp.ones((B,), jnp.int32))
 

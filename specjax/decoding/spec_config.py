@@ -21,13 +21,17 @@ from specjax.decoding import trees
 from specjax.validate import check_int, check_real
 
 METHODS = ("draft_model", "ngram", "medusa", "eagle", "eagle3", "lookahead")
-IMPLEMENTED = ("draft_model", "ngram", "medusa")
+IMPLEMENTED = ("draft_model", "ngram", "medusa", "eagle", "eagle3")
+EAGLE_METHODS = ("eagle", "eagle3")
 # Methods whose `model` is required; those that can sample their drafts (and so be verified
-# `probabilistic`ly); and those whose drafts are sampled by default at T > 0 ("auto").
-NEEDS_MODEL = ("draft_model", "medusa")
-SAMPLED_DRAFTS = ("draft_model", "medusa")
+# `probabilistic`ly); and those whose drafts are sampled by default at T > 0 ("auto"; EAGLE
+# only for chains: its trees hold each node's top-k, verified one-hot).
+NEEDS_MODEL = ("draft_model", "medusa", *EAGLE_METHODS)
+SAMPLED_DRAFTS = ("draft_model", "medusa", *EAGLE_METHODS)
 AUTO_PROBABILISTIC = ("draft_model",)
-TREE_METHODS = ("draft_model", "medusa")
+AUTO_PROBABILISTIC_CHAINS = EAGLE_METHODS
+TREE_METHODS = ("draft_model", "medusa", *EAGLE_METHODS)
+DYNAMIC_TREE_METHODS = EAGLE_METHODS
 VERIFICATIONS = ("auto", "greedy", "probabilistic", "one_hot", "strict", "typical")
 MAX_SPECULATIVE_TOKENS = 16  # longest chain / deepest tree; also the cache head-room per step
 KEYS = (
@@ -51,7 +55,7 @@ class SpecConfig:
     method: str
     num_speculative_tokens: int
     verification: str  # resolved: never "auto"
-    tree: trees.Tree
+    tree: trees.Tree | trees.DynamicTree
     prompt_lookup_min: int = 1
     prompt_lookup_max: int = 3
     allow_lossy: bool = False
@@ -60,23 +64,53 @@ class SpecConfig:
 
     @property
     def is_chain(self) -> bool:
-        return self.tree.num_drafts == self.tree.max_depth
+        """A static chain (a dynamic tree is never treated as one: its shape is data)."""
+        return not self.is_dynamic and self.tree.num_drafts == self.tree.max_depth
+
+    @property
+    def is_dynamic(self) -> bool:
+        """The tree is built by the proposer every step (its topology is data)."""
+        return isinstance(self.tree, trees.DynamicTree)
 
 
 def _int(key: str, value, lo: int, hi: int | None = None) -> int:
     return check_int(f"speculative_config[{key!r}]", value, lo, hi)
 
 
-def _tree(raw: dict, k: int) -> trees.Tree:
+def _dynamic(spec, k: int) -> trees.DynamicTree:
+    if not isinstance(spec, dict):
+        raise ValueError(
+            f"speculative_config['draft_tree']['dynamic']={spec!r} must be a dict with top_k "
+            "and total_tokens"
+        )
+    unknown = set(spec) - {"top_k", "total_tokens"}
+    if unknown:
+        raise ValueError(
+            f"speculative_config['draft_tree']['dynamic'] has unknown keys {sorted(unknown)}; "
+            "allowed: top_k, total_tokens (the depth is num_speculative_tokens)"
+        )
+    top_k = _int("draft_tree.dynamic.top_k", spec.get("top_k", 4), 1)
+    total = _int("draft_tree.dynamic.total_tokens", spec.get("total_tokens", 16), 1)
+    return trees.DynamicTree(top_k, k, total)
+
+
+def _tree(raw: dict, k: int) -> trees.Tree | trees.DynamicTree:
     spec = raw.get("draft_tree")
     if spec is None:
         return trees.chain(k)
+    if isinstance(spec, dict) and "dynamic" in spec:
+        if set(spec) != {"dynamic"}:
+            raise ValueError(
+                "speculative_config['draft_tree'] with 'dynamic' takes no other keys, got "
+                f"{sorted(spec)}"
+            )
+        return _dynamic(spec["dynamic"], k)
     if isinstance(spec, dict):
         unknown = set(spec) - {"depth", "width"}
         if unknown:
             raise ValueError(
                 f"speculative_config['draft_tree'] has unknown keys {sorted(unknown)}; "
-                "allowed: depth, width"
+                "allowed: depth, width (or dynamic)"
             )
         depth = _int("draft_tree.depth", spec.get("depth", k), 1, MAX_SPECULATIVE_TOKENS)
         width = _int("draft_tree.width", spec.get("width", 2), 1)
@@ -140,10 +174,16 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
             f"not {method!r}"
         )
     tree = _tree(raw, k)
-    if method == "medusa" and tree.max_depth > k:
+    if isinstance(tree, trees.DynamicTree) and method not in DYNAMIC_TREE_METHODS:
+        raise ValueError(
+            f"speculative_config['draft_tree']={{'dynamic': ...}} (EAGLE-2's dynamic tree) is "
+            f"only supported for methods {DYNAMIC_TREE_METHODS}, not {method!r}"
+        )
+    if method in (*EAGLE_METHODS, "medusa") and tree.max_depth > k:
         raise ValueError(
             f"speculative_config['draft_tree'] has depth {tree.max_depth}, deeper than "
-            f"num_speculative_tokens={k} (the Medusa heads used: head d drafts depth d + 1)"
+            f"num_speculative_tokens={k} (the deepest path; for Medusa the heads used: head d "
+            "drafts depth d + 1)"
         )
     allow_lossy = raw.get("allow_lossy", False)
     if not isinstance(allow_lossy, bool):
@@ -153,9 +193,11 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
         raise ValueError(
             f"speculative_config['verification']={mode!r} is invalid; allowed: {VERIFICATIONS}"
         )
-    deterministic = method not in SAMPLED_DRAFTS
+    dynamic = isinstance(tree, trees.DynamicTree)
+    deterministic = method not in SAMPLED_DRAFTS or dynamic
     if mode == "auto":
-        sampled = method in AUTO_PROBABILISTIC
+        chain = tree.num_drafts == tree.max_depth
+        sampled = method in AUTO_PROBABILISTIC or (chain and method in AUTO_PROBABILISTIC_CHAINS)
         mode = "greedy" if temperature == 0 else ("probabilistic" if sampled else "one_hot")
     if mode == "greedy" and temperature != 0:
         raise ValueError(
@@ -163,9 +205,15 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
             f"{temperature}: greedy acceptance at T>0 would change the output law"
         )
     if mode == "probabilistic" and deterministic:
+        what = "a dynamic tree (each node's top-k)" if dynamic else f"method={method!r}"
         raise ValueError(
             f"speculative_config['verification']='probabilistic' needs sampled drafts; "
-            f"method={method!r} drafts deterministically: use 'one_hot' or 'strict'"
+            f"{what} drafts deterministically: use 'one_hot' or 'strict'"
+        )
+    if mode == "typical" and dynamic:
+        raise ValueError(
+            "speculative_config['verification']='typical' (Medusa's rule) needs a static tree; "
+            "it is not available with draft_tree={'dynamic': ...}"
         )
     if mode == "typical" and not allow_lossy:
         raise ValueError(

@@ -19,6 +19,7 @@ from specjax.decoding import spec_config
 from specjax.decoding.proposers import PROPOSERS
 from specjax.decoding.proposers.base import Proposer, StepInput
 from specjax.decoding.state import DecodeState, Static, emit, target_module
+from specjax.decoding.trees import Topology, ancestor_mask_of
 from specjax.decoding.verify import LOSSY_MODES, verify
 
 
@@ -61,24 +62,26 @@ def speculative_step(static: Static, params, state: DecodeState) -> DecodeState:
     """One propose/verify/commit iteration for every row (frozen rows change nothing)."""
     plan: SpecPlan = static.spec
     proposer, ctx, cfg = plan.proposer, static.context, plan.config
-    tree = plan.tree
+    tree = plan.tree  # a static Tree, or the TreeShape of a proposer's per-step trees
     target = target_module(static, params)
     active = ~state.done  # [B]
     L = state.cache.lengths  # [B]
-    depth = jnp.asarray(tree.depth, jnp.int32)  # [P+1]
     step_key = sp.step_key(state.keys, state.step)  # [B]
     propose_key = jax.vmap(lambda k: jax.random.fold_in(k, 1))(step_key)
     verify_key = jax.vmap(lambda k: jax.random.fold_in(k, 2))(step_key)
     view = StepInput(pstate=state.proposer, root=state.last, lengths=L, active=active)
 
     draft, pstate = proposer.propose(ctx, target, params[1], view, propose_key)
+    # The block's topology as data: the proposer's own, or the static tree's held constant.
+    topo = draft.topology if draft.topology is not None else Topology.of(tree, L.shape[0])
+    depth = topo.depth  # [B, P+1]
     # Near the budget the effective depth shrinks by masking: never accept more than fits.
     room = state.max_new - state.num_out  # [B] tokens this row may still emit
-    valid = draft.valid & (depth[None, :] <= (room - 1)[:, None])  # [B, P+1]
+    valid = draft.valid & (depth <= (room - 1)[:, None])  # [B, P+1]
 
     tokens = draft.tokens.at[:, 0].set(state.last)  # [B, P+1]
-    positions = jnp.minimum(L[:, None] + depth[None, :], static.max_positions - 1)  # [B, P+1]
-    block_mask = jnp.asarray(tree.ancestor_mask)  # [P+1, P+1]
+    positions = jnp.minimum(L[:, None] + depth, static.max_positions - 1)  # [B, P+1]
+    block_mask = ancestor_mask_of(topo.parents, tree.max_depth)  # [B, P+1, P+1]
     out = target(tokens, positions, state.cache, block_mask, tap_layers=proposer.tap_layers)
     p = sp.processed_probs(out.logits, static.sampling)  # [B, P+1, V] float32
     result = verify(
@@ -87,6 +90,7 @@ def speculative_step(static: Static, params, state: DecodeState) -> DecodeState:
         tree,
         cfg.verification,
         verify_key,
+        topology=topo,
         draft_probs=draft.probs,
         node_valid=valid,
         target_logits=_typical_logits(out.logits, static.sampling, cfg.verification),
@@ -107,8 +111,8 @@ def speculative_step(static: Static, params, state: DecodeState) -> DecodeState:
     a = result.num_accepted
     hist = jax.nn.one_hot(a, plan.max_emit, dtype=jnp.int32) * active[:, None]  # [B, M]
     position = jnp.arange(plan.max_emit)  # [M] draft position i (0: the root)
-    at_depth = depth[:, None] == position[None, :]  # [P+1, M]
-    offered = jnp.any(valid[:, :, None] & at_depth[None], axis=1) & active[:, None]  # [B, M]
+    at_depth = depth[:, :, None] == position[None, None, :]  # [B, P+1, M]
+    offered = jnp.any(valid[:, :, None] & at_depth, axis=1) & active[:, None]  # [B, M]
     reached = offered & (a[:, None] >= position[None, :] - 1)  # [B, M]
     act = active.astype(jnp.int32)
     state = state.replace(

@@ -28,6 +28,8 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from specjax.validate import check_int
@@ -64,7 +66,16 @@ MEDUSA_K4_8: tuple[Choice, ...] = ((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)
 MEDUSA_K4_16: tuple[Choice, ...] = ((0,), (1,), (2,), (0, 0), (0, 1), (0, 2), (1, 0), (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0), (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0), (0, 1, 0, 0), (1, 0, 0, 0))  # fmt: skip
 MEDUSA_K4_32: tuple[Choice, ...] = ((0,), (1,), (2,), (3,), (0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (2, 0), (3, 0), (0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 0, 3), (0, 0, 4), (0, 1, 0), (0, 2, 0), (0, 3, 0), (1, 0, 0), (2, 0, 0), (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 0, 2), (0, 0, 0, 3), (0, 0, 1, 0), (0, 0, 2, 0), (0, 0, 3, 0), (0, 1, 0, 0), (0, 2, 0, 0), (1, 0, 0, 0), (2, 0, 0, 0))  # fmt: skip
 
+# EAGLE-1's default static tree (SafeAILab/EAGLE, eagle/model/choices.py, where it is also
+# called mc_sim_7b_63 although it is not Medusa's tree of that name): 25 drafts, depth 5.
+EAGLE1_25: tuple[Choice, ...] = (
+    (0,), (1,), (2,), (3,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (2, 1), (3, 0),
+    (0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 1, 0), (0, 1, 1), (0, 2, 0), (0, 2, 1), (1, 0, 0),
+    (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 0, 2), (0, 0, 0, 0, 0), (0, 0, 0, 0, 1),
+)  # fmt: skip
+
 NAMED_TREES: dict[str, tuple[Choice, ...]] = {
+    "eagle1_25": EAGLE1_25,
     "mc_sim_7b_63": MEDUSA_MC_SIM_7B_63,
     "small_2x3": SMALL_2X3,
     "medusa_k4_8": MEDUSA_K4_8,
@@ -382,3 +393,178 @@ def get_tree(spec: str | Tree | Sequence[Sequence[int]]) -> Tree:
             "'topk_<depth>x<width>', or a choices list"
         )
     return from_choices(spec)
+
+
+# ------------------------------------------------------------------------- trees as data
+# The engine and the verifier read a block's topology as per-row arrays, so a proposer may
+# change the tree every step and per row (EAGLE-2's dynamic tree, lookahead's trie). A static
+# tree is the same data held constant (`Topology.of`): one code path for both. Only the node
+# count P+1 and the deepest path Dmax are static (`TreeShape`).
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicTree:
+    """EAGLE-2's dynamic draft tree: its sizes (static); the topology is built every step.
+
+    Root's top-k children, then `depth - 1` expansions of the best `top_k` frontier nodes
+    (top_k children each), then the best `total_tokens` candidates by cumulative
+    log-probability (Li et al. 2024b). P = total_tokens draft nodes, paths of at most `depth`.
+    """
+
+    top_k: int
+    depth: int
+    total_tokens: int
+
+    def __post_init__(self):
+        k = _check_int("draft_tree.dynamic.top_k", self.top_k, 1)
+        d = _check_int("draft_tree.dynamic depth (num_speculative_tokens)", self.depth, 1)
+        n = _check_int("draft_tree.dynamic.total_tokens", self.total_tokens, 1)
+        if n < d:
+            raise ValueError(
+                f"draft_tree.dynamic.total_tokens={n} is smaller than the depth {d} "
+                "(num_speculative_tokens): the deepest path could never be kept"
+            )
+        if n > self.num_candidates:
+            raise ValueError(
+                f"draft_tree.dynamic.total_tokens={n} exceeds the {self.num_candidates} "
+                f"candidates that top_k={k}, depth={d} produce (top_k + (depth - 1) * top_k^2)"
+            )
+        _check_size(n + 1, "draft_tree.dynamic")
+
+    @property
+    def num_candidates(self) -> int:
+        """Candidates scored per step: the root's top_k, then top_k^2 per further depth."""
+        return self.top_k + (self.depth - 1) * self.top_k**2
+
+    @property
+    def num_nodes(self) -> int:
+        return self.total_tokens + 1
+
+    @property
+    def num_drafts(self) -> int:
+        return self.total_tokens
+
+    @property
+    def max_depth(self) -> int:
+        return self.depth
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeShape:
+    """The static part of a block whose topology is data: P+1 nodes, paths of at most Dmax.
+
+    `Tree` has the same two properties, so either can size a program.
+    """
+
+    num_nodes: int
+    max_depth: int
+
+    def __post_init__(self):
+        n = _check_int("TreeShape.num_nodes", self.num_nodes, 2)
+        d = _check_int("TreeShape.max_depth", self.max_depth, 1)
+        if d > n - 1:
+            raise ValueError(f"TreeShape: max_depth={d} exceeds the {n - 1} draft nodes")
+        _check_size(n, "TreeShape")
+        object.__setattr__(self, "num_nodes", n)
+        object.__setattr__(self, "max_depth", d)
+
+    @property
+    def num_drafts(self) -> int:
+        return self.num_nodes - 1
+
+
+class Topology(NamedTuple):
+    """A block's topology as per-row data (jax arrays).
+
+    parents: [B, P+1] int32, -1 at the root, 0 <= parents[b, j] < j elsewhere (also for nodes
+      that are not offered: hang them anywhere, e.g. under the root).
+    depth: [B, P+1] int32, depth[b, 0] = 0, depth[b, j] = depth[b, parents[b, j]] + 1.
+    """
+
+    parents: object
+    depth: object
+
+    @staticmethod
+    def of(tree: Tree, batch: int) -> Topology:
+        """A static tree's topology, the same for every row."""
+        n = tree.num_nodes
+        return Topology(
+            parents=jnp.broadcast_to(jnp.asarray(tree.parents_array), (batch, n)),
+            depth=jnp.broadcast_to(jnp.asarray(tree.depth), (batch, n)),
+        )
+
+
+def ancestor_mask_of(parents, max_depth: int):
+    """[B, N, N] bool: [b, i, j] iff j is i or one of its ancestors in row b's tree.
+
+    Args:
+      parents: [B, N] int32 topology (see `Topology`); max_depth: Dmax (static).
+    """
+    import jax.numpy as jnp
+
+    ids = jnp.arange(parents.shape[-1], dtype=jnp.int32)  # [N]
+    ptr = jnp.broadcast_to(ids, parents.shape)  # [B, N] walks up one ancestor per round
+    mask = ptr[..., :, None] == ids  # [B, N, N] itself
+    for _ in range(max_depth):
+        up = jnp.take_along_axis(parents, jnp.maximum(ptr, 0), axis=-1)  # [B, N]
+        ptr = jnp.where(ptr >= 0, up, -1)
+        mask = mask | (ptr[..., :, None] == ids)
+    return mask
+
+
+def path_to(parents, depth, node, max_depth: int):
+    """[B, Dmax+1] int32: row b's root-to-`node[b]` node ids, -1 after depth[b, node[b]].
+
+    Args:
+      parents, depth: [B, N] topology; node: [B] int32; max_depth: Dmax (static).
+    """
+    import jax.numpy as jnp
+
+    M = max_depth + 1
+    cols = jnp.arange(M, dtype=jnp.int32)  # [M]
+    d = jnp.take_along_axis(depth, node[:, None], axis=1)[:, 0]  # [B]
+    path = jnp.full((node.shape[0], M), -1, jnp.int32)  # [B, M]
+    ptr = node.astype(jnp.int32)  # [B] the node at column d - k after k rounds
+    for k in range(M):
+        col = d - k  # [B]
+        path = jnp.where((cols[None, :] == col[:, None]) & (col >= 0)[:, None], ptr[:, None], path)
+        up = jnp.take_along_axis(parents, jnp.maximum(ptr, 0)[:, None], axis=1)[:, 0]  # [B]
+        ptr = jnp.where(ptr > 0, up, 0)
+    return path
+
+
+def keep_best(tokens, scores, parents, depth, num_keep: int):
+    """EAGLE-2's rerank: the best `num_keep` candidates as a block, topology as data.
+
+    Candidates are numbered so that a parent's index is below its children's (EAGLE-2 records
+    them depth by depth). The kept set is the top `num_keep` by (score desc, index asc); a
+    child's score (its parent's plus a log-probability <= 0) never exceeds its parent's, and on
+    a tie the parent has the lower index, so the kept set is closed under ancestors even when
+    a saturated softmax gives a child its parent's score. Kept nodes are placed in index order
+    (topological, siblings in candidate order).
+
+    Args:
+      tokens, scores: [B, C] candidate tokens and cumulative log-probabilities (-inf allowed).
+      parents: [B, C] int32 candidate index of each candidate's parent, -1 under the root.
+      depth: [C] int32 each candidate's depth (1 under the root).
+      num_keep: P, the draft nodes of the block (static).
+    Returns:
+      (tokens [B, P], valid [B, P] (finite score), Topology with [B, P+1] parents and depth,
+      the root prepended).
+    """
+    B, C = tokens.shape
+    _, kept = jax.lax.top_k(scores, num_keep)  # [B, P] ties go to the lower index
+    kept = jnp.sort(kept, axis=1)
+    rows = jnp.arange(B)[:, None]
+    block_of = (
+        jnp.zeros((B, C), jnp.int32).at[rows, kept].set(jnp.arange(1, num_keep + 1, dtype=jnp.int32))
+    )  # [B, C] block node id of each kept candidate (0 elsewhere)
+    kept_parent = jnp.take_along_axis(parents, kept, axis=1)  # [B, P]
+    up = jnp.take_along_axis(block_of, jnp.maximum(kept_parent, 0), axis=1)  # [B, P]
+    block_parent = jnp.where(kept_parent < 0, 0, up)
+    topology = Topology(
+        parents=jnp.concatenate([jnp.full((B, 1), -1, jnp.int32), block_parent], axis=1),
+        depth=jnp.concatenate([jnp.zeros((B, 1), jnp.int32), jnp.asarray(depth)[kept]], axis=1),
+    )
+    valid = jnp.isfinite(jnp.take_along_axis(scores, kept, axis=1))  # [B, P]
+    return jnp.take_along_axis(tokens, kept, axis=1), valid, topology

@@ -55,7 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.decoding.trees import Tree
+from specjax.decoding.trees import Topology, Tree, TreeShape, path_to
 from specjax.sampling import greedy_argmax
 
 MODES = ("greedy", "probabilistic", "one_hot", "strict", "typical")
@@ -218,7 +218,7 @@ def _draw(key, r, mode: str) -> jax.Array:
 
 
 def _walk_row(p, x, q, valid, keys, parents, mode: str):
-    """One row's walk. p [N, V], x [N], q [N, V] | None, valid [N], keys [N] | None.
+    """One row's walk. p [N, V], x [N], q [N, V] | None, valid [N], keys [N] | None, parents [N].
 
     Returns (c, bonus): the last accepted node and the emitted token after it, [] int32 each.
     """
@@ -236,7 +236,7 @@ def _walk_row(p, x, q, valid, keys, parents, mode: str):
     tail = lambda a: None if a is None else a[1:]
     xs = (
         jnp.arange(1, num_nodes, dtype=jnp.int32),  # [P]
-        jnp.asarray(parents[1:], jnp.int32),  # [P]
+        parents[1:].astype(jnp.int32),  # [P] this row's topology
         x[1:],  # [P]
         valid[1:],  # [P]
         p[1:],  # [P, V]
@@ -255,10 +255,10 @@ def _node_keys(key: jax.Array, num_nodes: int) -> jax.Array:
     return jax.vmap(per_row)(key)  # [B, N]
 
 
-def _emit(c, bonus, x, tree: Tree) -> VerifyResult:
+def _emit(c, bonus, x, topology: Topology, max_depth: int) -> VerifyResult:
     """Builds the result from the last accepted node c [B] and its bonus token [B]."""
-    num_accepted = jnp.asarray(tree.depth)[c]  # [B]
-    path = jnp.asarray(tree.node_paths)[c]  # [B, M]
+    num_accepted = jnp.take_along_axis(topology.depth, c[:, None], axis=1)[:, 0]  # [B]
+    path = path_to(topology.parents, topology.depth, c, max_depth)  # [B, M]
     nxt = jnp.maximum(path[:, 1:], 0)  # [B, M-1] node at depth i+1 (clamped pad)
     drafted = jnp.take_along_axis(x, nxt, axis=1)  # [B, M-1]
     drafted = jnp.pad(drafted, ((0, 0), (0, 1)))  # [B, M]
@@ -304,7 +304,7 @@ def _verify_typical(p, crit, x, valid, key, tree: Tree, eps: float, delta: float
     p_c = p[jnp.arange(b), c]  # [B, V]
     bonus_keys = jax.vmap(lambda k: jax.random.fold_in(k, _BONUS_NODE))(key)  # [B]
     bonus = jax.vmap(lambda k, r: _draw(k, r, "typical"))(bonus_keys, p_c)  # [B]
-    return _emit(c, bonus, x, tree)
+    return _emit(c, bonus, x, Topology.of(tree, b), tree.max_depth)
 
 
 # ------------------------------------------------------------------------------- verify
@@ -317,7 +317,7 @@ def _typed_keys(key) -> jax.Array:
     return jax.random.wrap_key_data(key)  # legacy uint32 [B, 2]
 
 
-def _check_shapes(target_probs, draft_tokens, tree, draft_probs, node_valid, key, mode):
+def _check_shapes(target_probs, draft_tokens, tree, draft_probs, node_valid, key, mode, topology):
     n = tree.num_nodes
     if target_probs.ndim != 3 or target_probs.shape[1] != n:
         raise ValueError(f"verify: target_probs shape {target_probs.shape} must be [B, {n}, V]")
@@ -330,6 +330,17 @@ def _check_shapes(target_probs, draft_tokens, tree, draft_probs, node_valid, key
         raise ValueError(f"verify: draft_probs shape {draft_probs.shape} must be {(b, n, v)}")
     if node_valid is not None and node_valid.shape != (b, n):
         raise ValueError(f"verify: node_valid shape {node_valid.shape} must be {(b, n)}")
+    if topology is not None:
+        for name, a in zip(Topology._fields, topology, strict=True):
+            if tuple(a.shape) != (b, n):
+                raise ValueError(f"verify: topology.{name} shape {a.shape} must be {(b, n)}")
+    if mode == "typical" and not isinstance(tree, Tree):
+        raise ValueError(
+            "verify: mode='typical' needs a static Tree (its paths are enumerated at trace "
+            f"time), got {tree!r}"
+        )
+    if topology is None and not isinstance(tree, Tree):
+        raise ValueError(f"verify: a {type(tree).__name__} block needs topology= data")
     if mode != "greedy" and (key is None or key.shape != (b,)):
         shape = None if key is None else key.shape
         raise ValueError(f"verify: mode={mode!r} needs key of shape ({b},), got {shape}")
@@ -338,10 +349,11 @@ def _check_shapes(target_probs, draft_tokens, tree, draft_probs, node_valid, key
 def verify(
     target_probs: jax.Array,
     draft_tokens: jax.Array,
-    tree: Tree,
+    tree: Tree | TreeShape,
     mode: str,
     key: jax.Array | None,
     *,
+    topology: Topology | None = None,
     draft_probs: jax.Array | None = None,
     node_valid: jax.Array | None = None,
     target_logits: jax.Array | None = None,
@@ -350,10 +362,16 @@ def verify(
 ) -> VerifyResult:
     """Verifies one block of drafts against the target; jit with tree and mode static.
 
+    The walk reads the block's topology as data (`topology`, per row), so trees may differ
+    per step and per row; a static Tree with no `topology` is the same data held constant.
+
     Args:
       target_probs: [B, P+1, V] processed target distribution at every node.
       draft_tokens: [B, P+1] int32 node tokens (index 0, the root, is ignored).
-      tree: the block's static topology (P+1 nodes).
+      tree: the block's static Tree, or its TreeShape (P+1 nodes, Dmax) when the topology
+        is data.
+      topology: [B, P+1] parents and depth per row (`trees.Topology`); None = the static
+        tree's own. 'typical' reads the static tree.
       mode: one of MODES ('typical' is lossy; the caller enforces allow_lossy).
       key: [B] typed PRNG keys (legacy uint32 [B, 2] also taken), one per row; may be None
         for greedy.
@@ -373,7 +391,7 @@ def verify(
     p = jnp.asarray(target_probs).astype(jnp.float32)  # [B, N, V] acceptance math in float32
     x = jnp.asarray(draft_tokens).astype(jnp.int32)  # [B, N]
     key = None if key is None else _typed_keys(key)
-    _check_shapes(p, x, tree, draft_probs, node_valid, key, mode)
+    _check_shapes(p, x, tree, draft_probs, node_valid, key, mode, topology)
     valid = (
         jnp.ones(x.shape, bool) if node_valid is None else jnp.asarray(node_valid, bool)
     )  # [B, N]
@@ -385,7 +403,8 @@ def verify(
     q = None
     if mode == "probabilistic":
         q = jnp.asarray(draft_probs).astype(jnp.float32)  # [B, N, V]
+    topology = topology if topology is not None else Topology.of(tree, x.shape[0])
     keys = None if mode == "greedy" else _node_keys(key, tree.num_nodes)  # [B, N]
-    walk = functools.partial(_walk_row, parents=tree.parents, mode=mode)
-    c, bonus = jax.vmap(walk)(p, x, q, valid, keys)  # [B], [B]
-    return _emit(c, bonus, x, tree)
+    walk = functools.partial(_walk_row, mode=mode)
+    c, bonus = jax.vmap(walk)(p, x, q, valid, keys, topology.parents)  # [B], [B]
+    return _emit(c, bonus, x, topology, tree.max_depth)

@@ -51,7 +51,10 @@ def bench(pair, heads, tmp_path_factory):
     target, draft = pair
     cfg = tiny_config(mt.registered_methods())
     cfg.medusa_tree = "small_2x3"  # depth 2 = N
-    results = run_bench(cfg, workdir, target=target, draft=draft, heads={"medusa": heads})
+    cfg.dynamic_tree.update(top_k=2, total_tokens=4)
+    eagle = {m: sj.EagleHead.for_target(target, method=m) for m in ("eagle", "eagle3")}
+    results = run_bench(cfg, workdir, target=target, draft=draft,
+                        heads={"medusa": heads, **eagle})  # fmt: skip
     return workdir, results
 
 
@@ -62,7 +65,8 @@ def test_results_json_has_every_method_and_category(bench):
     assert on_disk["machine"]["cpu_count"] >= 1 and on_disk["config"]["repeats"] == 1
     runs = on_disk["runs"]
     assert {r["method"] for r in runs} == {
-        "autoregressive", "draft_model", "draft_tree", "ngram", "medusa", "medusa_chain"
+        "autoregressive", "draft_model", "draft_tree", "ngram", "medusa", "medusa_chain",
+        "eagle1", "eagle2", "eagle3",
     }  # fmt: skip
     for method in mt.registered_methods():
         cats = sorted(r["category"] for r in runs if r["method"] == method)
@@ -78,12 +82,16 @@ def test_results_json_has_every_method_and_category(bench):
         assert len(r["times_s"]) == 1 and r["batch_size"] == 1 and r["temperature"] == 0.0
         # Fixed budget, no stop ids: 2 prompts x 16 tokens per category, 4 overall.
         assert r["generated_tokens"] == (64 if r["category"] == "overall" else 32)
+    # One round-robin per cell: every method is timed against the same baseline runs.
+    for category in ("code", "prose", "overall"):
+        baselines = {tuple(r["ar_times_s"]) for r in runs if r["category"] == category}
+        assert len(baselines) == 1
 
 
 def test_acceptance_statistics_are_consistent(bench):
     _, results = bench
     depth = {"autoregressive": 0, "draft_model": N, "draft_tree": N, "ngram": N, "medusa": N,
-             "medusa_chain": N}  # fmt: skip
+             "medusa_chain": N, "eagle1": N, "eagle2": N, "eagle3": N}  # fmt: skip
     for r in results["runs"]:
         u, c = r["acceptance_by_position"], r["conditional_acceptance_by_position"]
         assert len(u) == len(c) == depth[r["method"]]
@@ -117,6 +125,9 @@ def test_tau_vs_n_sweep(bench):
     )
     assert points[-1]["tau"] == grid["tau"]
     assert points[-1]["acceptance_by_position"] == grid["acceptance_by_position"]
+    # ... reused, not re-run: the same timings; N=1 was timed in its own round-robin.
+    assert points[-1]["times_s"] == grid["times_s"]
+    assert points[0]["ar_times_s"] != grid["ar_times_s"]
 
 
 def test_report_and_plots(bench):

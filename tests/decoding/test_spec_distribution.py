@@ -102,6 +102,12 @@ def heads(pair):
 
 
 @pytest.fixture(scope="module")
+def eagle(pair):
+    """Untrained EAGLE-1 and EAGLE-3 drafters on the target (random layers)."""
+    return {m: sj.EagleHead.for_target(pair[0], method=m, seed=2) for m in ("eagle", "eagle3")}
+
+
+@pytest.fixture(scope="module")
 def prompt():
     """12 random tokens: about a third of the vocabulary, so ngram finds a match for many x1."""
     return np.random.default_rng(0).integers(0, V, 12).tolist()
@@ -178,7 +184,14 @@ def _sample(target, prompt, params, cfg, calls=CALLS):
     return counts, accepted, drafted, later
 
 
-def _cfg(method: str, mode: str, draft, heads=None) -> dict:
+def _cfg(method: str, mode: str, draft, heads=None, eagle=None) -> dict:
+    if method.startswith("eagle"):
+        kind, tree = method.split("_")
+        cfg = {"method": kind, "model": eagle[kind], "num_speculative_tokens": 2,
+               "verification": mode}  # fmt: skip
+        if tree == "dynamic":
+            cfg["draft_tree"] = {"dynamic": {"top_k": 3, "total_tokens": 6}}
+        return cfg
     if method == "ngram":
         return {"method": "ngram", "num_speculative_tokens": 2, "verification": mode}
     if method.startswith("medusa"):
@@ -208,6 +221,8 @@ CASES = [
     ("ngram", "one_hot", TOP_K),
     ("medusa_tree", "one_hot", TOP_P),  # each head's top-k: zero and renormalise
     ("medusa_chain", "probabilistic", TOP_K),  # sampled from each head's processed law
+    ("eagle_chain", "probabilistic", TOP_P),  # sampled from the drafter's processed law
+    ("eagle3_dynamic", "one_hot", TOP_K),  # EAGLE-2's tree: per-row topology as data
 ]
 SLOW_CASES = [
     ("chain", "probabilistic", TOP_K),
@@ -223,6 +238,8 @@ SLOW_CASES = [
     ("medusa_tree", "one_hot", TOP_K),
     ("medusa_chain", "strict", TOP_P),
     ("medusa_tree", "probabilistic", TOP_P),  # i.i.d. siblings from one head's law
+    ("eagle3_chain", "probabilistic", TOP_K),
+    ("eagle_dynamic", "strict", TOP_P),
 ]
 
 
@@ -231,11 +248,13 @@ SLOW_CASES = [
     CASES + [pytest.param(*c, marks=pytest.mark.slow) for c in SLOW_CASES],
     ids=[f"{m}-{v}-T{s.temperature}" for m, v, s in CASES + SLOW_CASES],
 )
-def test_first_tokens_follow_target_law(pair, heads, prompt, exact_laws, method, mode, params):
+def test_first_tokens_follow_target_law(
+    pair, heads, eagle, prompt, exact_laws, method, mode, params
+):
     target, draft = pair
     laws, alpha = exact_laws[params]
     assert 0.3 < alpha < 0.9  # the draft is neither the target nor unrelated
-    cfg = _cfg(method, mode, draft, heads)
+    cfg = _cfg(method, mode, draft, heads, eagle)
     counts, accepted, drafted, later = _sample(target, prompt, params, cfg)
     assert counts[0].sum() >= 100_000
     # Both branches of the walk ran many times: acceptances and rejections.

@@ -2,6 +2,7 @@
 
 from specjax.decoding.proposers.base import Context, Draft, Proposer, StepInput
 from specjax.decoding.proposers.draft_model import DraftModelProposer
+from specjax.decoding.proposers.eagle import EagleProposer
 from specjax.decoding.proposers.medusa import MedusaProposer
 from specjax.decoding.proposers.ngram import NgramProposer
 
@@ -9,6 +10,8 @@ PROPOSERS = {
     "draft_model": DraftModelProposer,
     "ngram": NgramProposer,
     "medusa": MedusaProposer,
+    "eagle": EagleProposer,
+    "eagle3": EagleProposer,
 }
 
 __all__ = [
@@ -16,6 +19,7 @@ __all__ = [
     "Context",
     "Draft",
     "DraftModelProposer",
+    "EagleProposer",
     "MedusaProposer",
     "NgramProposer",
     "Proposer",

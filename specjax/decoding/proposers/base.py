@@ -4,7 +4,7 @@ A proposer is a frozen, hashable dataclass (part of the jit's static plan); its 
 (a draft model's, a head's; `()` when it has none) travel as data. The engine calls:
 
     proposer, params = Cls.build(cfg, target, draft)            host side, once per call
-    pstate = proposer.init(ctx, target, params, prompt, prompt_len, prefill)        prefill
+    pstate = proposer.init(ctx, target, params, prompt, prompt_len, prefill, root)  prefill
     draft, pstate = proposer.propose(ctx, target, params, step, key)           every step
     pstate = proposer.commit(ctx, target, params, step, pstate, verified, result, n_commit)
 
@@ -16,7 +16,9 @@ never runs a second target forward to get features. `ctx` (`Context`) is everyth
 may know of the compiled program; `step` (`StepInput`) is the decode state as it may see it.
 
 Block layout of `Draft` (see `specjax/decoding/trees.py`): node 0 is the root (the pending
-token, filled in by the engine), nodes 1..P the drafts in topological order.
+token, filled in by the engine), nodes 1..P the drafts in topological order. A proposer whose
+tree changes per step or per row (EAGLE-2's dynamic tree) returns its topology as data in
+`Draft.topology`; the others leave it None and the plan's static tree is used, as data too.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 import jax
 from flax import struct
 
+from specjax.decoding.trees import Topology
 from specjax.sampling import SamplingParams
 
 
@@ -37,6 +40,9 @@ class Draft:
     tokens: jax.Array  # [B, P+1] int32
     valid: jax.Array  # [B, P+1] bool: node offered to the verifier
     probs: jax.Array | None = None  # [B, P+1, V] q each node was drawn from (probabilistic)
+    # [B, P+1] parents and depth of this step's tree, per row (trees.Topology); None = the
+    # plan's static tree (the engine fills it in as constant data: one code path).
+    topology: Topology | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,13 +82,14 @@ class Proposer(Protocol):
         target `Model` and the resolved draft (a `Model`, heads, or None)."""
         ...
 
-    def init(self, ctx: Context, target, params, prompt, prompt_len, prefill) -> Any:
+    def init(self, ctx: Context, target, params, prompt, prompt_len, prefill, root) -> Any:
         """Initial proposer state, inside prefill.
 
         Args:
           prompt: [B, Tp] int32 right-padded; prompt_len: [B] int32 (0 = padding row).
           prefill: the target's ForwardOutput over the prompt (logits at the last prompt token
             only; last_hidden and taps at every position).
+          root: [B] int32 the first pending token (sampled from the prefill's logits).
         """
         ...
 

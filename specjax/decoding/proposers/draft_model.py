@@ -33,16 +33,55 @@ class DraftModelState:
     prev: jax.Array  # [B] int32 the token at position L-1 (last committed)
 
 
-def _levels(tree: Tree) -> tuple[tuple[int, int], ...]:
+def child_scores(logits, sampling, sampled: bool):
+    """What children are drawn from (sampled: processed log-probs) or ranked by (top-k).
+
+    At T=0 the processed law is one-hot: ranks >= 1 would all tie at -inf and fall to the
+    lowest token ids. Top-k children are ranked by the raw logits there (same rank 0).
+    """
+    if sampling.greedy and not sampled:
+        return logits.astype(jnp.float32)  # [..., V]
+    return sp.processed_logprobs(logits, sampling)  # [..., V]
+
+
+def children(q_logp, parent_idx, ranks, key, first_node: int, sampled: bool):
+    """Draft tokens of one tree level from their parents' scores (any proposer that drafts a
+    static tree level by level: draft_model, EAGLE).
+
+    Args:
+      q_logp: [B, n, V] the parent level's scores (`child_scores`): processed draft
+        log-probs, raw logits for top-k children at T=0.
+      parent_idx: static list, for each child node, its parent's index within that level.
+      ranks: static list of each child's sibling rank (top-k children: the rank-th best).
+      key: [B] keys; first_node: the block index of the first child (keys fold in node ids).
+      sampled: children are i.i.d. samples from their parent's law (probabilistic rule).
+    Returns:
+      tokens [B, c] int32.
+    """
+    parent = jnp.asarray(parent_idx, jnp.int32)
+    if sampled:
+        nodes = first_node + jnp.arange(len(parent_idx))  # [c]
+
+        def row(k, logp):  # logp [n, V]
+            keys = jax.vmap(lambda n: jax.random.fold_in(k, n))(nodes)  # [c]
+            return jax.vmap(jax.random.categorical)(keys, logp[parent])  # [c]
+
+        return jax.vmap(row)(key, q_logp).astype(jnp.int32)
+    k = max(ranks) + 1
+    _, top = jax.lax.top_k(q_logp, k)  # [B, n, k]; ties keep the lower id first
+    return top[:, parent, jnp.asarray(ranks)].astype(jnp.int32)  # [B, c]
+
+
+def levels(tree: Tree) -> tuple[tuple[int, int], ...]:
     """(start, end) node-index ranges per depth; the static trees here are breadth-first."""
     depth = tree.depth.tolist()
-    levels = []
+    ranges = []
     for d in range(tree.max_depth + 1):
         idx = [j for j, dj in enumerate(depth) if dj == d]
         if idx != list(range(idx[0], idx[-1] + 1)):
             raise ValueError(f"draft tree nodes at depth {d} are not contiguous: {idx}")
-        levels.append((idx[0], idx[-1] + 1))
-    return tuple(levels)
+        ranges.append((idx[0], idx[-1] + 1))
+    return tuple(ranges)
 
 
 def _as_draft_model(draft) -> Model:
@@ -92,7 +131,7 @@ class DraftModelProposer:
     def _model(self, params):
         return nnx.merge(self.graphdef, params)
 
-    def init(self, ctx: Context, target, params, prompt, prompt_len, prefill):
+    def init(self, ctx: Context, target, params, prompt, prompt_len, prefill, root):
         model = self._model(params)
         B, Tp = prompt.shape
         cache = KVCache.for_model(model.config, B, ctx.cache_len)
@@ -104,46 +143,17 @@ class DraftModelProposer:
         return DraftModelState(out.cache.replace(lengths=prompt_len.astype(jnp.int32)), prev)
 
     def _scores(self, logits, sampling):
-        """What children are drawn from (sampled: processed log-probs) or ranked by (top-k).
-
-        At T=0 the processed law is one-hot: ranks >= 1 would all tie at -inf and fall to the
-        lowest token ids. Top-k children are ranked by the raw logits there (same rank 0).
-        """
-        if sampling.greedy and not self.sampled:
-            return logits.astype(jnp.float32)  # [..., V]
-        return sp.processed_logprobs(logits, sampling)  # [..., V]
+        return child_scores(logits, sampling, self.sampled)
 
     def _children(self, q_logp, parent_idx, ranks, key, first_node):
-        """Draft tokens for nodes whose parents' processed log-probs are q_logp.
-
-        Args:
-          q_logp: [B, n, V] the parent level's scores (`_scores`): processed draft log-probs,
-            raw logits for top-k children at T=0.
-          parent_idx: static list, for each child node, its parent's index within that level.
-          ranks: static list of each child's sibling rank.
-          key: [B] keys; first_node: the block index of the first child (keys fold in node ids).
-        Returns:
-          tokens [B, c] int32.
-        """
-        parent = jnp.asarray(parent_idx, jnp.int32)
-        if self.sampled:
-            nodes = first_node + jnp.arange(len(parent_idx))  # [c]
-
-            def row(k, logp):  # logp [n, V]
-                keys = jax.vmap(lambda n: jax.random.fold_in(k, n))(nodes)  # [c]
-                return jax.vmap(jax.random.categorical)(keys, logp[parent])  # [c]
-
-            return jax.vmap(row)(key, q_logp).astype(jnp.int32)
-        k = max(ranks) + 1
-        _, top = jax.lax.top_k(q_logp, k)  # [B, n, k]; ties keep the lower id first
-        return top[:, parent, jnp.asarray(ranks)].astype(jnp.int32)  # [B, c]
+        return children(q_logp, parent_idx, ranks, key, first_node, self.sampled)
 
     def propose(self, ctx: Context, target, params, step: StepInput, key):
         model = self._model(params)
         ps: DraftModelState = step.pstate
         tree = self.tree
         parents = tree.parents_array
-        levels = _levels(tree)
+        tree_levels = levels(tree)
         P1 = tree.num_nodes
         B = step.root.shape[0]
         L = step.lengths  # [B]
@@ -162,14 +172,14 @@ class DraftModelProposer:
         tokens = jnp.zeros((B, P1), jnp.int32).at[:, 0].set(step.root)  # [B, P+1]
         probs = jnp.zeros((B, P1, level_logp.shape[-1]), jnp.float32) if self.sampled else None
         rank = tree.rank.tolist()
-        for d in range(1, len(levels)):
-            ps_, (s, e) = levels[d - 1][0], levels[d]
+        for d in range(1, len(tree_levels)):
+            ps_, (s, e) = tree_levels[d - 1][0], tree_levels[d]
             parent_idx = [int(parents[j]) - ps_ for j in range(s, e)]
             child = self._children(level_logp, parent_idx, [rank[j] for j in range(s, e)], key, s)
             tokens = tokens.at[:, s:e].set(child)
             if self.sampled:
                 probs = probs.at[:, s:e].set(jnp.exp(level_logp)[:, jnp.asarray(parent_idx)])
-            if d == len(levels) - 1:
+            if d == len(tree_levels) - 1:
                 break  # the deepest level's children are never needed
             # Feed level d (nodes s..e-1) at positions L + d, written at slots L + s .. L + e - 1.
             mask = jnp.broadcast_to(anc[s:e], (B, e - s, P1))  # [B, n, P+1]

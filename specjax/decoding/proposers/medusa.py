@@ -73,7 +73,7 @@ class MedusaProposer:
         sampled = cfg.verification == "probabilistic"
         return cls(graphdef, cfg.tree, cfg.num_speculative_tokens, sampled), params
 
-    def init(self, ctx: Context, target, params, prompt, prompt_len, prefill):
+    def init(self, ctx: Context, target, params, prompt, prompt_len, prefill, root):
         last = jnp.maximum(prompt_len - 1, 0)[:, None, None]  # [B, 1, 1]
         hidden = jnp.take_along_axis(prefill.last_hidden, last, axis=1)[:, 0]  # [B, D]
         return MedusaState(hidden)

@@ -35,7 +35,7 @@ class NgramProposer:
     def build(cls, cfg, target, draft):
         return cls(cfg.num_speculative_tokens, cfg.prompt_lookup_min, cfg.prompt_lookup_max), ()
 
-    def init(self, ctx: Context, target, params, prompt, prompt_len, prefill):
+    def init(self, ctx: Context, target, params, prompt, prompt_len, prefill, root):
         B, Tp = prompt.shape
         history = jnp.zeros((B, ctx.cache_len), jnp.int32).at[:, :Tp].set(prompt)
         return NgramState(history)
