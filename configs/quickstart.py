@@ -38,14 +38,14 @@ CPU, nothing else running (load average ~1.5, i.e. this run):
 
 import ml_collections
 
-from configs import train_lm, train_medusa
+from configs import train_eagle, train_lm, train_medusa
 from specjax.bench import default_config as bench_default_config
 from specjax.bench.methods import registered_methods
 
 
 def _shared_data(config: ml_collections.ConfigDict) -> None:
     """Target, draft, heads and bench read the same corpus and the same train/eval split."""
-    for part in (config.target, config.draft, config.medusa, config.bench):
+    for part in (config.target, config.draft, config.medusa, config.eagle3, config.bench):
         for key in ("source", "eval_fraction", "seed"):
             part.data[key] = config.data.get_ref(key)
 
@@ -66,11 +66,16 @@ def get_config(arg=None):
     config.medusa = train_medusa.get_config()
     config.medusa.features.precompute = True
     config.medusa.train.update(num_steps=200, eval_every=100, checkpoint_every=100)
+    # EAGLE-3 on the same self-distilled rows (cached by the first trainer), its three layer
+    # taps stored once; a shorter training-time-test unroll than the paper's 7.
+    config.eagle3 = train_eagle.get_config()
+    config.eagle3.ttt_steps = 3
+    config.eagle3.train.update(num_steps=120, eval_every=60, checkpoint_every=60)
     config.bench = bench_default_config()
     # Every registered method whose draft the quickstart trains (EAGLE-1's drafter is not:
     # eagle1 / eagle2 need `configs/train_eagle.py` run apart); the autoregressive baseline
     # is timed in the same round-robin.
-    skip = ("autoregressive", "eagle1", "eagle2", "eagle3")
+    skip = ("autoregressive", "eagle1", "eagle2")
     config.bench.methods = tuple(m for m in registered_methods() if m not in skip)
     if variant == "tiny":
         _tiny(config)
@@ -87,6 +92,8 @@ def _tiny(config: ml_collections.ConfigDict) -> None:
     config.medusa = train_medusa.get_config("tiny")
     config.medusa.features.precompute = True
     config.medusa.heads.num_heads = config.bench.num_speculative_tokens  # the bench's N
+    config.eagle3 = train_eagle.get_config("tiny")
+    config.bench.dynamic_tree.update(top_k=2, total_tokens=6)
     config.bench.update(
         batch_sizes=(1,),
         temperatures=(0.0, 1.0),

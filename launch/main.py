@@ -7,7 +7,7 @@
 
 `--config=<file>.py[:arg]` calls the file's `get_config(arg)`; `--config.a.b=value` overrides
 one field (the config is locked, so a misspelt field is an error). `config.task` picks the
-library function: train_lm, train_heads, bench, pick or quickstart. Library code never reads flags.
+library function: train_lm, train_heads, train_eagle, bench, pick or quickstart. Library code never reads flags.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 TASKS = {
     "train_lm": "specjax.train.lm:train_lm",
     "train_heads": "specjax.train.heads:train_heads",
+    "train_eagle": "specjax.train.eagle:train_eagle",
     "bench": "specjax.bench.harness:run_bench",
     "pick": "specjax.picker:pick",
     "quickstart": "specjax.train.quickstart:quickstart",
@@ -41,6 +42,7 @@ TASKS = {
 TASK_CONFIG = {
     "train_lm": None,
     "train_heads": None,
+    "train_eagle": None,
     "bench": "bench",
     "pick": "pick",
     "quickstart": None,

@@ -47,10 +47,17 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from specjax.bench import DEFAULT_MEDUSA_TREE, timing
+from specjax.bench import (
+    DEFAULT_DYNAMIC_TREE,
+    DEFAULT_EAGLE_TREE,
+    DEFAULT_MEDUSA_TREE,
+    timing,
+)
 from specjax.bench import methods as mt
 from specjax.bench.markdown import table
 from specjax.bench.workload import check_inputs, prompts_by_category, resolve_models
+from specjax.heads import EagleHead
+from specjax.models import as_model
 from specjax.speedup import (
     alpha_from_acceptance,
     alpha_from_tau,
@@ -69,7 +76,8 @@ def default_config() -> ml_collections.ConfigDict:
     """The picker's knobs (see `configs/pick.py`).
 
     Returns:
-      ConfigDict: target / draft paths, heads (heads.medusa: a heads directory), methods,
+      ConfigDict: target / draft paths, heads (heads.medusa / eagle / eagle3: a heads or
+      drafter directory), methods,
       the method knobs (the N each method's alpha is measured at: num_speculative_tokens,
       draft_tree.depth; medusa_tree), n_max, temperature, the
       workload (num_prompts per category, prompt_tokens, max_new_tokens, prompts_file, data),
@@ -79,13 +87,15 @@ def default_config() -> ml_collections.ConfigDict:
     cfg = ml_collections.ConfigDict()
     cfg.target = ""
     cfg.draft = ""
-    cfg.heads = ml_collections.ConfigDict(dict(medusa=""))
+    cfg.heads = ml_collections.ConfigDict(dict(medusa="", eagle="", eagle3=""))
     cfg.methods = ("draft_model", "draft_tree", "ngram")
     cfg.num_speculative_tokens = 4
     cfg.draft_tree = ml_collections.ConfigDict(dict(depth=3, width=2))
     cfg.prompt_lookup_min = 1
     cfg.prompt_lookup_max = 3
     cfg.medusa_tree = DEFAULT_MEDUSA_TREE
+    cfg.eagle_tree = DEFAULT_EAGLE_TREE
+    cfg.dynamic_tree = ml_collections.ConfigDict(DEFAULT_DYNAMIC_TREE)
     cfg.n_max = 8
     cfg.max_draft_nodes = 64  # trees: depths whose node count exceeds this are not considered
     cfg.temperature = 0.0
@@ -183,17 +193,24 @@ def measure_cost_ratio(
     }
 
 
-def measure_head_cost(heads, num_heads: int, target_step_s: float, repeats: int) -> dict:
-    """A head's c: the heads' own forward (batch 1, `num_heads` heads) in target decode steps
-    per head, so that N c is the proposer's cost of a step with N heads, as for a draft LM.
+def measure_head_cost(
+    heads, num_heads: int, target_step_s: float, repeats: int, target=None
+) -> dict:
+    """A head's c in target decode steps per draft token, so that N c is the proposer's cost
+    of a step that drafts N tokens, as for a draft LM.
 
-    Timed as 64 forwards inside one jitted loop (no per-call dispatch in the number), fastest
-    of `repeats` (at least 5) runs.
+    Medusa: the heads' own forward (batch 1, `num_heads` heads) divided by num_heads (one
+    forward drafts them all). EAGLE: one drafter call over one entry with a cache of 256 slots
+    (a chain drafts one token per call); `target` (the Model whose embedding and LM head the
+    drafter shares) is required there. Timed as 64 calls inside one jitted loop (no per-call
+    dispatch in the number), fastest of `repeats` (at least 5) runs.
 
     Returns:
-      {"heads_step_s": seconds per forward of all num_heads heads, "c": that / (num_heads *
-      target_step_s)}.
+      {"heads_step_s": seconds per forward (all num_heads Medusa heads, one EAGLE call), "c":
+      that / (num_heads * target_step_s) for Medusa, that / target_step_s for EAGLE}.
     """
+    if isinstance(heads, EagleHead):
+        return _measure_drafter_cost(heads, target, target_step_s, repeats)
     graphdef, params = nnx.split(heads)
     calls = 64
 
@@ -213,6 +230,44 @@ def measure_head_cost(heads, num_heads: int, target_step_s: float, repeats: int)
         times.append((time.perf_counter() - start) / calls)
     step = min(times)
     return {"heads_step_s": step, "c": step / (num_heads * target_step_s)}
+
+
+def _measure_drafter_cost(head, target, target_step_s: float, repeats: int) -> dict:
+    if target is None:
+        raise ValueError("measure_head_cost: an EAGLE drafter needs target= (its embedding)")
+    module = as_model(target).module
+    graphdef, params = nnx.split((module, head))
+    calls, slots = 64, 256
+
+    @jax.jit
+    def run(p, cache):
+        tmod, drafter = nnx.merge(graphdef, p)
+        mask = jnp.ones((1, 1, 1), bool)
+
+        def body(i, carry):
+            cache, acc = carry
+            tok = (i % tmod.config.vocab_size).astype(jnp.int32)[None, None]  # [1, 1]
+            feat = jnp.zeros((1, 1, drafter.config.hidden_size), jnp.float32) + acc
+            pos = jnp.full((1, 1), 128, jnp.int32) + i
+            h, logits, cache = drafter(tmod, tok, feat, pos, cache, mask)
+            return cache, acc + logits[0, 0, 0] * 0 + h[0, 0, 0] * 1e-6
+
+        return jax.lax.fori_loop(0, calls, body, (cache, jnp.float32(0)))[1]
+
+    cache = head.init_cache(1, slots).replace(lengths=jnp.full((1,), 128, jnp.int32))
+    jax.block_until_ready(run(params, cache))  # compile
+    times = []
+    for _ in range(max(int(repeats), 5)):
+        start = time.perf_counter()
+        jax.block_until_ready(run(params, cache))
+        times.append((time.perf_counter() - start) / calls)
+    step = min(times)
+    return {"heads_step_s": step, "c": step / target_step_s}
+
+
+def _head_limit(heads) -> int | None:
+    """The deepest N a head set can draft: Medusa's stored heads; EAGLE has no limit."""
+    return None if isinstance(heads, EagleHead) else heads.config.num_heads
 
 
 def _measure_alpha(cfg, runner, workloads, name, draft) -> dict:
@@ -315,8 +370,8 @@ def pick(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
         target, drafts.model, first_prompt, cfg.cost_tokens, cfg.repeats, cfg.temperature
     )
     head_cost = {
-        slot: measure_head_cost(h, min(int(cfg.num_speculative_tokens), h.config.num_heads),
-                                cost["target_step_s"], cfg.repeats)
+        slot: measure_head_cost(h, min(int(cfg.num_speculative_tokens), _head_limit(h) or 16),
+                                cost["target_step_s"], cfg.repeats, target)
         for slot, h in drafts.heads
     }  # fmt: skip
     cost["heads"] = head_cost
@@ -328,7 +383,7 @@ def pick(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
         entry["c"] = cost["c"] if method.needs_draft else 0.0
         if method.needs_heads:
             entry["c"] = head_cost[method.needs_heads]["c"]
-            limit = drafts.head(method.needs_heads).config.num_heads
+            limit = _head_limit(drafts.head(method.needs_heads))
         entry["predictions"] = _predictions(cfg, name, entry["alpha"], entry["c"], limit)
         per_method[name] = entry
         log.info("%s: tau %.2f, alpha %.3f, c %.3f", name, entry["tau"], entry["alpha"], entry["c"])

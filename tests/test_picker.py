@@ -38,7 +38,8 @@ def pair(tiny_bench_pair):
 
 def tiny_pick_config():
     cfg = picker.default_config()
-    cfg.methods = ("draft_model", "ngram", "medusa_chain")
+    cfg.methods = ("draft_model", "ngram", "medusa_chain", "eagle3")
+    cfg.dynamic_tree.update(top_k=2, total_tokens=4)
     cfg.num_speculative_tokens = 2
     cfg.n_max = 4
     cfg.num_prompts = 2
@@ -54,7 +55,9 @@ def test_pick_end_to_end(pair, tmp_path):
     target, draft = pair
     cfg = tiny_pick_config()
     heads = sj.MedusaHeads.for_target(target, num_heads=3)
-    rec = picker.pick(cfg, tmp_path, target=target, draft=draft, heads={"medusa": heads})
+    eagle3 = sj.EagleHead.for_target(target, method="eagle3")
+    rec = picker.pick(cfg, tmp_path, target=target, draft=draft,
+                      heads={"medusa": heads, "eagle3": eagle3})  # fmt: skip
     on_disk = json.loads((tmp_path / "recommendation.json").read_text())
     assert on_disk["choice"] == rec["choice"]
     cost = rec["cost"]
@@ -62,12 +65,16 @@ def test_pick_end_to_end(pair, tmp_path):
     assert cost["lengths"] == [9, 16]
     head_cost = cost["heads"]["medusa"]  # the heads' own forward, 2 heads (N = 2)
     assert head_cost["c"] == pytest.approx(head_cost["heads_step_s"] / (2 * cost["target_step_s"]))
-    assert set(rec["methods"]) == {"draft_model", "ngram", "medusa_chain"}
+    drafter = cost["heads"]["eagle3"]  # one drafter call per drafted token
+    assert drafter["c"] == pytest.approx(drafter["heads_step_s"] / cost["target_step_s"])
+    assert drafter["heads_step_s"] > 0
+    assert set(rec["methods"]) == {"draft_model", "ngram", "medusa_chain", "eagle3"}
     for name, entry in rec["methods"].items():
         assert 0.0 <= entry["alpha"] <= 1.0 and entry["n_measured"] == 2
-        want_c = {"draft_model": cost["c"], "ngram": 0.0, "medusa_chain": head_cost["c"]}[name]
+        want_c = {"draft_model": cost["c"], "ngram": 0.0, "medusa_chain": head_cost["c"],
+                  "eagle3": drafter["c"]}[name]  # fmt: skip
         assert entry["c"] == want_c
-        # Medusa cannot use more heads than the 3 stored.
+        # Medusa cannot use more heads than the 3 stored; an EAGLE drafter has no limit.
         want_n = [1, 2, 3] if name == "medusa_chain" else [1, 2, 3, 4]
         assert [p["n"] for p in entry["predictions"]] == want_n
         for p in entry["predictions"]:
@@ -76,7 +83,7 @@ def test_pick_end_to_end(pair, tmp_path):
     # The truncated draft shares embedding and head with the target: some drafts accepted.
     assert rec["methods"]["draft_model"]["alpha"] > 0
     ranked = [r["predicted_speedup"] for r in rec["ranked"]]
-    assert ranked == sorted(ranked, reverse=True) and len(ranked) == 11
+    assert ranked == sorted(ranked, reverse=True) and len(ranked) == 15
     (measured,) = rec["measured"]
     best = rec["ranked"][0]
     assert (measured["method"], measured["n"]) == (best["method"], best["n"])

@@ -23,7 +23,7 @@ DEFAULT_MEDUSA_TREE = "medusa_k4_8"  # chosen by measurement: BENCHMARKS.md "Med
 # EAGLE-1's static tree (the reference's default, cut to num_speculative_tokens) and the
 # dynamic tree's sizes for EAGLE-2/3 on this CPU (its depth is num_speculative_tokens).
 DEFAULT_EAGLE_TREE = "eagle1_25"
-DEFAULT_DYNAMIC_TREE = {"top_k": 4, "total_tokens": 12}
+DEFAULT_DYNAMIC_TREE = {"top_k": 4, "total_tokens": 16}  # experiments/eagle_trees.py
 
 
 def default_config() -> ml_collections.ConfigDict:

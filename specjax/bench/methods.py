@@ -267,9 +267,7 @@ def _dynamic_tree(cfg) -> dict:
     return {"dynamic": {"top_k": int(d.top_k), "total_tokens": int(d.total_tokens)}}
 
 
-@register_method(
-    "eagle1", needs_heads="eagle", nodes=lambda cfg, n: eagle_tree(cfg, n).num_drafts
-)
+@register_method("eagle1", needs_heads="eagle", nodes=lambda cfg, n: eagle_tree(cfg, n).num_drafts)
 def _eagle1(cfg, drafts):
     """EAGLE-1: its drafter on a static tree (`cfg.eagle_tree`)."""
     k = int(cfg.num_speculative_tokens)

@@ -557,7 +557,9 @@ def keep_best(tokens, scores, parents, depth, num_keep: int):
     kept = jnp.sort(kept, axis=1)
     rows = jnp.arange(B)[:, None]
     block_of = (
-        jnp.zeros((B, C), jnp.int32).at[rows, kept].set(jnp.arange(1, num_keep + 1, dtype=jnp.int32))
+        jnp.zeros((B, C), jnp.int32)
+        .at[rows, kept]
+        .set(jnp.arange(1, num_keep + 1, dtype=jnp.int32))
     )  # [B, C] block node id of each kept candidate (0 elsewhere)
     kept_parent = jnp.take_along_axis(parents, kept, axis=1)  # [B, P]
     up = jnp.take_along_axis(block_of, jnp.maximum(kept_parent, 0), axis=1)  # [B, P]

@@ -20,7 +20,9 @@ def check_heads_fit(heads, target) -> None:
         width = getattr(hc, name, None)
         if width is not None and width != tc.hidden_size:
             what = "is" if name == "hidden_size" else "hidden_size is"
-            raise ValueError(f"draft heads have {name}={width}, the target's {what} {tc.hidden_size}")
+            raise ValueError(
+                f"draft heads have {name}={width}, the target's {what} {tc.hidden_size}"
+            )
     if hc.vocab_size != tc.vocab_size:
         raise ValueError(
             f"draft heads have vocab_size={hc.vocab_size}, the target's is {tc.vocab_size}"

@@ -108,9 +108,14 @@ class EagleConfig:
         object.__setattr__(self, "tap_layers", taps)
         V = self.layer.vocab_size
         if self.method == "eagle":
-            if taps or self.draft_vocab_size not in (0, V) or self.target_hidden_size not in (
-                0,
-                self.layer.hidden_size,
+            if (
+                taps
+                or self.draft_vocab_size not in (0, V)
+                or self.target_hidden_size
+                not in (
+                    0,
+                    self.layer.hidden_size,
+                )
             ):
                 raise ValueError(
                     "EagleConfig: tap_layers, draft_vocab_size and target_hidden_size are "

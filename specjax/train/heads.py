@@ -1,4 +1,4 @@
-"""Train draft heads on a target: Medusa-1 (frozen target), Medusa-2 (joint); EAGLE next.
+"""Train draft heads on a target: Medusa-1 (frozen target), Medusa-2 (joint); EAGLE in eagle.py.
 
     from specjax.train import heads
     config = heads.default_config()          # or configs/train_medusa.py:get_config("tiny")

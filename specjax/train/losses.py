@@ -1,4 +1,4 @@
-"""Training losses of the draft heads (Medusa now; EAGLE's next), as pure functions.
+"""Training losses of the draft heads (Medusa, EAGLE-1/3), as pure functions.
 
 Conventions: `tokens [B, T]` is one row of text; `mask [B, T]` marks the positions whose
 token is a training label (1: a response token; 0: prompt or padding). A loss at position t
@@ -74,3 +74,75 @@ def kl_to_reference(logits, ref_logits, tokens, mask):
     logp = jax.nn.log_softmax(lg.astype(jnp.float32), -1)
     kl = jnp.sum(jnp.exp(ref_logp) * (ref_logp - logp), axis=-1)  # [B, T-1]
     return masked_mean(kl, w)
+
+
+# ------------------------------------------------------------------------------ EAGLE
+
+
+def soft_cross_entropy(logits, target_logits):
+    """-sum_v softmax(target)_v * log_softmax(logits)_v in float32. [..., V] x [..., V] -> [...].
+
+    The target side is a constant (stop_gradient): the drafter learns the target's
+    distribution, never the reverse.
+    """
+    p = jax.nn.softmax(jax.lax.stop_gradient(target_logits).astype(jnp.float32), -1)
+    return -jnp.sum(p * jax.nn.log_softmax(logits.astype(jnp.float32), -1), -1)
+
+
+def eagle_step_loss(draft_logits, target_logits, mask, step: int, draft_ids=None, in_draft=None):
+    """The token loss of drafting step k (EAGLE-3's training-time test; EAGLE-1 at k = 0).
+
+    Entry t of step k drafts token t + k + 2: its label is the target's distribution at
+    position t + k + 1 (whose logits predict that token), and it counts iff t + k + 2 < T
+    and mask[:, t + k + 2] (the `_shifted` convention). With a reduced draft vocabulary the
+    target's logits are restricted to the draft ids and renormalised, and entries whose
+    target argmax lies outside the draft vocabulary are dropped from the loss (the drafter
+    cannot propose that token; the reference drops them too). They stay in the accuracy,
+    as misses: what the verifier would see.
+
+    Args:
+      draft_logits: [B, T, Vd] the drafter's logits of step k at every entry.
+      target_logits: [B, T, V] the target's logits at every position.
+      mask: [B, T] loss mask.
+      step: k >= 0.
+      draft_ids: [Vd] int32 target id of each draft id (None: Vd = V, the identity).
+      in_draft: [V] bool, the target ids in the draft vocabulary (t2d; None: all).
+    Returns:
+      (loss [] masked mean soft CE, metrics {"ce", "top1", "coverage"} of [] each;
+      coverage: the share of counted entries whose target argmax is draftable).
+    """
+    s = step + 2
+    T = mask.shape[1]
+    lg = draft_logits[:, : max(T - s, 0)]  # [B, T-s, Vd]
+    tl = target_logits[:, step + 1 : step + 1 + lg.shape[1]].astype(jnp.float32)  # [B, T-s, V]
+    w = mask[:, s:].astype(jnp.float32)  # [B, T-s]
+    best = jnp.argmax(tl, -1)  # [B, T-s] the target's greedy token (lowest id on ties)
+    keep = jnp.ones_like(w) if in_draft is None else in_draft[best].astype(jnp.float32)
+    if draft_ids is not None:
+        tl = jnp.take(tl, draft_ids, axis=-1)  # [B, T-s, Vd] restricted to the draft ids
+    ce = masked_mean(soft_cross_entropy(lg, tl), w * keep)
+    drafted = jnp.argmax(lg, -1)  # [B, T-s] draft ids
+    if draft_ids is not None:
+        drafted = draft_ids[drafted]  # target ids
+    top1 = masked_mean((drafted == best).astype(jnp.float32), w)
+    return ce, {"ce": ce, "top1": top1, "coverage": masked_mean(keep, w)}
+
+
+def eagle_feature_loss(pred_hidden, hidden, mask):
+    """EAGLE-1's regression term: SmoothL1(f_hat_{t+1}, f_{t+1}) (beta = 1, mean over D).
+
+    Entry t (token x_{t+1}, feature f_t) predicts f_{t+1}, the target's post-norm feature at
+    t + 1; it counts under the same mask as its token loss (mask[:, t + 2], t + 2 < T).
+
+    Args:
+      pred_hidden: [B, T, D] the drafter's output f_hat at every entry.
+      hidden: [B, T, D] the target's post-norm last hidden state.
+      mask: [B, T].
+    Returns:
+      [] the masked mean over entries.
+    """
+    T = mask.shape[1]
+    f_hat = pred_hidden[:, : max(T - 2, 0)].astype(jnp.float32)  # [B, T-2, D]
+    f = jax.lax.stop_gradient(hidden[:, 1 : 1 + f_hat.shape[1]]).astype(jnp.float32)
+    per_entry = jnp.mean(optax.huber_loss(f_hat, f, delta=1.0), -1)  # [B, T-2]
+    return masked_mean(per_entry, mask[:, 2:].astype(jnp.float32))

@@ -1,12 +1,14 @@
 """The quickstart: the embedded default pipeline in one call.
 
     embedded corpus -> BPE tokenizer -> target LM -> draft LM (same tokenizer)
+        -> Medusa heads and an EAGLE-3 drafter on the frozen target
         -> benchmark of every method against autoregressive -> report
 
     python -m launch.main --config=configs/quickstart.py --workdir=workdirs/quickstart
 
 Workdir layout: `target/` and `draft/` are `train_lm` workdirs (each exports `hf/`, so
-`sj.load_model(<workdir>/target)` works), `bench/` holds the benchmark's own results.json,
+`sj.load_model(<workdir>/target)` works), `medusa/` and `eagle3/` head-training workdirs
+(`sj.load_draft(<workdir>/eagle3)` loads the drafter), `bench/` holds the benchmark's own results.json,
 report.md and plots, and the top level holds `report.md` and `results.json` (this run's
 summary: the two models, their decode cost, and the benchmark rows). Every stage resumes:
 a second call with the same workdir restores the trained models from their checkpoints.
@@ -28,6 +30,7 @@ from specjax.decoding.engine import generate
 from specjax.io.drafts import load_draft
 from specjax.io.hf import load_model
 from specjax.models import Model
+from specjax.train.eagle import train_eagle
 from specjax.train.heads import train_heads
 from specjax.train.lm import HF, train_lm
 
@@ -67,29 +70,43 @@ def quickstart(config: ml_collections.ConfigDict, workdir) -> dict:
     """
     workdir = Path(workdir).absolute()
 
-    log.info("quickstart 1/5: target LM")
+    log.info("quickstart 1/6: target LM")
     if config.target_path:
         target_dir, target_summary = _hf_dir(Path(config.target_path)), {}
     else:
         target_summary = train_lm(config.target, workdir / "target")
         target_dir = workdir / "target" / HF
 
-    log.info("quickstart 2/5: draft LM (the target's tokenizer)")
+    log.info("quickstart 2/6: draft LM (the target's tokenizer)")
     draft_config = config.draft.copy_and_resolve_references()
     if not draft_config.tokenizer.path:
         draft_config.tokenizer.path = str(target_dir)
     draft_summary = train_lm(draft_config, workdir / "draft")
 
-    log.info("quickstart 3/5: Medusa heads on the frozen target (Medusa-1)")
+    log.info("quickstart 3/6: Medusa heads on the frozen target (Medusa-1)")
     target, draft = load_model(target_dir), load_model(workdir / "draft")
     medusa_config = config.medusa.copy_and_resolve_references()
     medusa_config.target = str(target_dir)
+    # One self-distillation for both head trainers: the target generates the rows once.
+    shared_rows = str(workdir / "distill")
+    medusa_config.data.cache_dir = medusa_config.data.cache_dir or shared_rows
     medusa_summary = train_heads(medusa_config, workdir / "medusa", target=target)
     heads = load_draft(workdir / "medusa", target=target)
 
-    log.info("quickstart 4/5: benchmark")
+    log.info("quickstart 4/6: EAGLE-3 drafter on the frozen target (training-time test)")
+    eagle3_config = config.eagle3.copy_and_resolve_references()
+    eagle3_config.target = str(target_dir)
+    eagle3_config.data.cache_dir = eagle3_config.data.cache_dir or shared_rows
+    eagle3_summary = train_eagle(eagle3_config, workdir / "eagle3", target=target)
+    drafter = load_draft(workdir / "eagle3", target=target)
+
+    log.info("quickstart 5/6: benchmark")
     bench = run_bench(
-        config.bench, workdir / "bench", target=target, draft=draft, heads={"medusa": heads}
+        config.bench,
+        workdir / "bench",
+        target=target,
+        draft=draft,
+        heads={"medusa": heads, "eagle3": drafter},
     )
     # The bench's prompt and generation lengths: the target's program is already compiled.
     text_ids = target.tokenizer.encode("def main(argv):\n    return 0\n")
@@ -99,12 +116,13 @@ def quickstart(config: ml_collections.ConfigDict, workdir) -> dict:
             model, prompt, config.bench.max_new_tokens
         )
 
-    log.info("quickstart 5/5: report")
+    log.info("quickstart 6/6: report")
     summary = {
         "task": "quickstart",
         "target": {"model": _describe(target), **target_summary},
         "draft": {"model": _describe(draft), **draft_summary},
         "medusa": medusa_summary,
+        "eagle3": eagle3_summary,
         "decode_cost_ratio": draft_summary["decode_ms_per_token"]
         / target_summary["decode_ms_per_token"],
         "runs": bench["runs"],
@@ -169,6 +187,17 @@ def report_markdown(summary: dict) -> str:
                 ],
                 "lrr",
             ),  # fmt: skip
+            "",
+        ]
+    eagle3 = summary.get("eagle3")
+    if eagle3:
+        lines += [
+            f"EAGLE-3 drafter ({eagle3['num_params'] / 1e6:.2f}M params, taps "
+            f"{tuple(eagle3['tap_layers'])}, draft vocabulary {eagle3['draft_vocab_size']}, "
+            f"{eagle3['step']} steps with a {eagle3['ttt_steps']}-step training-time test on "
+            f"{eagle3['train_rows']} {eagle3['data_kind']} rows): held-out top-1 agreement "
+            "with the target per drafting step (step k drafts token t + k + 2 from its own "
+            "earlier outputs): " + " / ".join(f"{a:.3f}" for a in eagle3["top1"]) + ".",
             "",
         ]
     lines.append(bench)

@@ -142,7 +142,9 @@ def _run_steps(target, prompts, cfg, steps, proposer_cls=None, sampling=None):
     _, _, static, params, args = engine._setup(target, prompts, MAX_NEW, sampling, [], cfg, None)
     if proposer_cls is not None:
         proposer = proposer_cls(**vars(static.spec.proposer))
-        static = dataclasses.replace(static, spec=dataclasses.replace(static.spec, proposer=proposer))
+        static = dataclasses.replace(
+            static, spec=dataclasses.replace(static.spec, proposer=proposer)
+        )
     state = engine._prefill_jit(static, params, *args)
     for _ in range(steps):
         state = engine._step_jit(static, params, state)

@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 VARIANTS = {
     "configs/train_lm.py": [None, "target", "draft", "tiny"],
     "configs/train_medusa.py": [None, "joint", "tiny"],
+    "configs/train_eagle.py": [None, "tiny"],
     "configs/quickstart.py": [None, "tiny"],
     "configs/bench.py": [None, "small"],
     "configs/pick.py": [None, "small"],

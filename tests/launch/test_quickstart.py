@@ -46,7 +46,7 @@ def test_every_method_has_sane_numbers(run):
         (m, b, t) for m in config.methods for b in config.batch_sizes for t in config.temperatures
     }
     assert cells == want
-    assert {"medusa", "medusa_chain"} <= {m for m, _, _ in cells}
+    assert {"medusa", "medusa_chain", "eagle3"} <= {m for m, _, _ in cells}
     for row in summary["runs"]:
         assert row["tau"] >= 1.0, row
         # The reported numbers are the measured ones: medians of the timed repeats.
@@ -83,6 +83,21 @@ def test_medusa_heads_trained_and_load(run):
     assert heads.config.num_heads == len(medusa["top1"]) == 4
     assert all(0.0 <= a <= b <= 1.0 for a, b in zip(medusa["top1"], medusa["top5"], strict=True))
     assert (workdir / "medusa" / "features" / "train" / "hidden.npy").is_file()  # computed once
+
+
+def test_eagle3_drafter_trained_and_loads(run):
+    workdir, summary = run
+    eagle3 = summary["eagle3"]
+    target = sj.load_model(workdir / "target")
+    drafter = sj.load_draft(workdir / "eagle3", target=target)
+    assert drafter.config.method == "eagle3" and len(eagle3["top1"]) == eagle3["ttt_steps"]
+    assert list(drafter.config.tap_layers) == eagle3["tap_layers"]
+    assert all(0.0 <= a <= 1.0 for a in eagle3["top1"])
+    # Both head trainers read one self-distillation of the target (generated once).
+    assert len(list((workdir / "distill").glob("distill-*"))) == 2  # train and eval rows
+    assert not (workdir / "medusa" / "distill").exists()
+    assert not (workdir / "eagle3" / "distill").exists()
+    assert "EAGLE-3 drafter" in (workdir / "report.md").read_text()
 
 
 def test_report_lists_every_method(run):

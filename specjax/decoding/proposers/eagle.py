@@ -202,9 +202,9 @@ class EagleProposer:
                 break  # the deepest candidates are never expanded
             best_score, best = jax.lax.top_k(c_score, k)  # [B, k] ties: lower index first
             slot = best // k  # [B, k] which frontier node each came from
-            take = lambda a: jnp.take_along_axis(a, slot[..., None], axis=1)  # noqa: E731
-            f_hidden = take(h)  # [B, k, H] the parent's output feeds the child
-            f_anc = take(mask)  # [B, k, W] the parent's ancestors and the parent itself
+            f_hidden = jnp.take_along_axis(h, slot[..., None], axis=1)  # [B, k, H] the
+            # parent's output feeds the child, which sees the parent's ancestors and the parent
+            f_anc = jnp.take_along_axis(mask, slot[..., None], axis=1)  # [B, k, W]
             f_tok = jnp.take_along_axis(c_tok, best, axis=1)
             f_score, frontier = best_score, base + best
             base += k * k

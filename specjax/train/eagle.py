@@ -1,0 +1,527 @@
+"""Train EAGLE drafters on a frozen target: EAGLE-1, and EAGLE-3 with training-time test.
+
+    from specjax.train import eagle
+    config = eagle.default_config()          # or configs/train_eagle.py:get_config("tiny")
+    config.target = "workdirs/quickstart/target"
+    summary = eagle.train_eagle(config, "/tmp/eagle3")
+    drafter = sj.load_draft("/tmp/eagle3")   # the exported <workdir>/heads
+
+Top to bottom, as `specjax.train.heads` (whose rows, evaluation and loop this reuses): load
+the target; build the rows (self-distillation by default); count the tokens and pick the
+draft vocabulary (EAGLE-3); make the drafter; restore; the shared loop; export.
+
+What one row teaches (entry t reads token x_{t+1}; see `specjax.heads.eagle`):
+
+- EAGLE-1 (`method="eagle"`): entry t reads f_t, the target's post-norm last hidden state,
+  plus uniform noise U(-a, a) (`loss.noise`, default a = 0.1; see below), and predicts
+  f_hat_{t+1}. Loss = feature_weight * SmoothL1(f_hat_{t+1}, f_{t+1})
+  + token_weight * CE(LM(f_hat_{t+1}), softmax(target logits at t + 1)), weights 1 and 0.1
+  as the paper's.
+- EAGLE-3 (`method="eagle3"`), unrolled `ttt_steps` = n times (`unroll`): step 0 reads
+  g_t = fc(cat(taps_t)); step k >= 1 reads the drafter's own pre-norm output of step k - 1 at
+  the same entry, token x_{t+1+k}, RoPE position t + k, and drafts token t + k + 2 against
+  the target's distribution at t + k + 1 restricted to the draft vocabulary
+  (`losses.eagle_step_loss`). Step k's query at t sees step 0's keys at <= t and the keys of
+  steps 1..k at t (`ttt_mask`). Loss = sum_k decay^k loss_k, each loss_k a masked mean over
+  its counted entries (so n = 1 is exactly the one-step loss, and a step whose entries are
+  few weighs what its decay says, not less); the sum is not divided by sum_k decay^k,
+  as the reference's.
+
+Noise: the reference adds (U(0,1) - 0.5) * 0.2 * 512 / seq_len to its features, i.e.
+U(-0.1, 0.1) at 512 tokens a row; the sequence-length factor has no stated reason, so here
+the amplitude is absolute: U(-a, a) on the target features the drafter reads (EAGLE-1: f_t;
+EAGLE-3: each tap), never on the regression target. `loss.noise = None` takes the method's
+default: 0.1 for EAGLE-1, 0 for EAGLE-3 (training-time test replaces it, as the reference's
+EAGLE-3 trains without noise). The noise key is (seed, step): a resumed run draws the same.
+
+Draft vocabulary (EAGLE-3, `head.draft_vocab_size` > 0): the most frequent target ids among
+the train rows' counted (mask = 1) tokens, `specjax.heads.eagle.draft_vocabulary`, stored in
+the drafter's `d2t` / `t2d` before training (and in every checkpoint).
+
+Evaluation (held-out rows, every `train.eval_every` steps and at the end): both methods
+unroll `ttt_steps` steps (EAGLE-1 feeds back its f_hat, as when it drafts) and report
+eval/step_<k>/top1 (the drafter's argmax, in target ids, equals the target's argmax at the
+shifted position: step k's acceptance given correct earlier tokens, at T = 0) and
+eval/step_<k>/ce; EAGLE-3 adds eval/step_0/coverage (target argmaxes inside the draft
+vocabulary); EAGLE-1 adds eval/feature_loss.
+
+Workdir: as `specjax.train.heads`'s (`checkpoints/`, `metrics.jsonl`, `tensorboard/`,
+`heads/`, `export/<layout>/`, `features/`, `distill/`, `results.json`). Stored features
+(`features.precompute`) are `hidden.npy` [N, T, D] and, for EAGLE-3, `taps.npy` [N, T, 3, D].
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from specjax.cache import KVCache
+from specjax.heads.eagle import EagleHead, default_tap_layers, draft_vocabulary
+from specjax.io.drafts import HEADS_DIR, save_draft
+from specjax.io.hf import load_model
+from specjax.models import Model, as_model
+from specjax.train import checkpoint, data, distill, loop, losses
+from specjax.train import heads as th
+from specjax.train.metrics import MetricWriter
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS, FEATURES, DISTILL, RESULTS = th.CHECKPOINTS, th.FEATURES, th.DISTILL, th.RESULTS
+METHODS = ("eagle", "eagle3")
+DEFAULT_NOISE = {"eagle": 0.1, "eagle3": 0.0}
+RESUME_KEYS = ("method", "target", "seed", "data", "head", "ttt_steps", "loss", "features",
+               "train.batch_size")  # fmt: skip
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every knob of `train_eagle` with its default (EAGLE-3, 7 TTT steps, self-distilled rows).
+
+    Returns:
+      ConfigDict: method ("eagle" or "eagle3"), target, seed, data / features / export /
+      train (as `specjax.train.heads.default_config`'s), head (fc_bias: EAGLE-1 only;
+      tap_layers: EAGLE-3, () = `default_tap_layers`; draft_vocab_size: EAGLE-3, 0 = the
+      target's vocabulary), ttt_steps (EAGLE-3's training unroll; both methods' eval unroll),
+      loss (decay, feature_weight, token_weight, noise: None = the method's default).
+    """
+    base = th.default_config()
+    config = ml_collections.ConfigDict()
+    config.task = "train_eagle"
+    config.method = "eagle3"
+    config.target = ""
+    config.seed = 0
+    config.data = base.data
+    config.head = dict(fc_bias=False, tap_layers=(), draft_vocab_size=0)
+    config.ttt_steps = 7
+    config.loss = dict(
+        decay=0.8,
+        feature_weight=1.0,
+        token_weight=0.1,
+        noise=ml_collections.config_dict.placeholder(float),
+    )
+    config.features = base.features
+    config.export = base.export
+    config.train = base.train
+    return config
+
+
+def check_config(config) -> None:
+    """Refuse what cannot work, naming the key and the value, before anything is loaded."""
+    if config.method not in METHODS:
+        raise ValueError(f"config.method={config.method!r} is not one of {METHODS}")
+    if config.data.kind not in ("self_distill", "corpus"):
+        raise ValueError(
+            f"config.data.kind={config.data.kind!r} is not one of ('self_distill', 'corpus')"
+        )
+    if not isinstance(config.ttt_steps, int) or config.ttt_steps < 1:
+        raise ValueError(f"config.ttt_steps={config.ttt_steps!r} must be an int >= 1")
+    if config.loss.noise is not None and not config.loss.noise >= 0:
+        raise ValueError(f"config.loss.noise={config.loss.noise!r} must be >= 0 (or None)")
+    h = config.head
+    if config.method == "eagle3" and h.fc_bias:
+        raise ValueError("config.head.fc_bias=True: EAGLE-3's fc has no bias (EAGLE-1 only)")
+    if config.method == "eagle" and (tuple(h.tap_layers) or h.draft_vocab_size):
+        raise ValueError(
+            f"config.head.tap_layers={tuple(h.tap_layers)} / draft_vocab_size="
+            f"{h.draft_vocab_size}: EAGLE-3 options; method='eagle' reads the last hidden "
+            "state over the full vocabulary"
+        )
+    if h.draft_vocab_size < 0:
+        raise ValueError(f"config.head.draft_vocab_size={h.draft_vocab_size} must be >= 0")
+
+
+def noise_amplitude(config) -> float:
+    return DEFAULT_NOISE[config.method] if config.loss.noise is None else float(config.loss.noise)
+
+
+def tap_layers(config, target: Model) -> tuple[int, ...]:
+    """The target layers an EAGLE-3 drafter reads (() for EAGLE-1)."""
+    if config.method != "eagle3":
+        return ()
+    return tuple(int(i) for i in config.head.tap_layers) or default_tap_layers(
+        target.config.num_layers
+    )
+
+
+def token_counts(rows: dict, vocab_size: int) -> np.ndarray:
+    """[V] int64 counts of each target id among the rows' counted (mask = 1) tokens."""
+    tokens = np.asarray(rows["tokens"])[np.asarray(rows["mask"]) > 0]
+    return np.bincount(tokens.ravel(), minlength=vocab_size)[:vocab_size].astype(np.int64)
+
+
+# ------------------------------------------------------------------------------- features
+
+
+def _forward(module, tokens, taps: tuple[int, ...]):
+    """The target's forward over whole rows [B, T] (a fresh cache of T slots: causal):
+    (last_hidden [B, T, D] post-norm, taps: tuple of [B, T, D])."""
+    B, T = tokens.shape
+    positions = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))  # [B, T]
+    out = module(tokens, positions, KVCache.for_model(module.config, B, T), tap_layers=taps)
+    return out.last_hidden, out.taps
+
+
+def precompute_features(target: Model, rows: dict, directory: Path, taps: tuple[int, ...],
+                        batch_size: int, progress: bool) -> dict:  # fmt: skip
+    """The target's features for every row, computed once and stored under `directory`.
+
+    `hidden.npy` [N, T, D] float32 (post-norm last hidden) and, when `taps` is non-empty,
+    `taps.npy` [N, T, len(taps), D] float32 (the residual stream entering each tap layer).
+    Reused while rows, target and taps are unchanged (`key.json`).
+
+    Returns:
+      {"hidden": array, "taps": array (if taps)}, memory-mapped read-only.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    key = {
+        "target": distill.target_fingerprint(target),
+        "rows": hashlib.sha256(np.asarray(rows["tokens"]).tobytes()).hexdigest(),
+        "tap_layers": list(taps),
+    }
+    names = ("hidden", "taps") if taps else ("hidden",)
+    paths = {n: directory / f"{n}.npy" for n in names}
+    key_path = directory / "key.json"
+    if key_path.is_file() and json.loads(key_path.read_text()) == key:
+        if all(p.is_file() for p in paths.values()):
+            return {n: np.load(p, mmap_mode="r") for n, p in paths.items()}
+    key_path.unlink(missing_ok=True)  # a half-written store is never reused
+    graphdef, params = nnx.split(target.module)
+
+    @jax.jit
+    def fn(p, t):
+        hidden, tapped = _forward(nnx.merge(graphdef, p), t, taps)
+        return hidden, (jnp.stack(tapped, axis=2) if taps else hidden)  # [B, T, 3, D]
+
+    tokens = np.asarray(rows["tokens"])
+    N, T = tokens.shape
+    D = target.config.hidden_size
+    shapes = {"hidden": (N, T, D), "taps": (N, T, len(taps), D)}
+    out = {n: np.lib.format.open_memmap(p, "w+", np.float32, shapes[n]) for n, p in paths.items()}
+    from tqdm.auto import tqdm
+
+    for start in tqdm(range(0, N, batch_size), desc="features", disable=not progress):
+        chunk = tokens[start : start + batch_size]
+        pad = batch_size - len(chunk)  # one shape: one compile
+        full = np.concatenate([chunk, np.repeat(chunk[:1], pad, 0)]) if pad else chunk
+        hidden, tapped = jax.device_get(fn(params, full))
+        out["hidden"][start : start + len(chunk)] = hidden[: len(chunk)]
+        if taps:
+            out["taps"][start : start + len(chunk)] = tapped[: len(chunk)]
+    for array in out.values():
+        array.flush()
+    del out
+    key_path.write_text(json.dumps(key) + "\n")
+    return {n: np.load(p, mmap_mode="r") for n, p in paths.items()}
+
+
+# -------------------------------------------------------------------- the unrolled drafter
+
+
+def ttt_mask(T: int, step: int) -> jax.Array:
+    """[T, (step + 1) * T] bool: what step `step`'s query at entry t attends to.
+
+    Keys are the steps' keys concatenated in step order (step 0's T keys first). Query t
+    sees step 0's keys at entries <= t (the real prefix: causal) and, for each step
+    1..`step`, that step's key at entry t (the same-position band): exactly what a drafter
+    that drafts `step` tokens ahead of position t holds in its cache at inference.
+    """
+    causal = jnp.tril(jnp.ones((T, T), bool))  # [T, T]
+    same = jnp.eye(T, dtype=bool)  # [T, T]
+    return jnp.concatenate([causal] + [same] * step, axis=1)
+
+
+def _shift(tokens, by: int):
+    """tokens [B, T] moved left by `by`, padded with 0 (entries past the row; never counted)."""
+    return jnp.pad(tokens[:, by:], ((0, 0), (0, min(by, tokens.shape[1]))))  # [B, T]
+
+
+def unroll(head: EagleHead, target, tokens, feature, steps: int):
+    """The drafter unrolled `steps` times over whole rows (training-time test).
+
+    Args:
+      head: the drafter.
+      target: the target's module (embedding; EAGLE-1's LM head).
+      tokens: [B, T] the rows.
+      feature: [B, T, H] step 0's hidden input per entry (EAGLE-1: f_t; EAGLE-3: fc(taps)).
+      steps: n >= 1 (static).
+    Returns:
+      [(h [B, T, H] pre-norm output, logits [B, T, Vd] float32)] for steps 0..n-1. Entry t of
+      step k read token x_{t+1+k} at RoPE position t + k.
+    """
+    B, T = tokens.shape
+    positions = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))  # [B, T]
+    keys, values, outs = [], [], []
+    for k in range(steps):
+        a, residual = head.layer_input(target, _shift(tokens, 1 + k), feature)  # [B, T, *]
+        q, key, value = head.qkv(a, positions + k)  # [B, T, N|K, Hd]
+        keys.append(key)
+        values.append(value)
+        mask = jnp.broadcast_to(ttt_mask(T, k), (B, T, (k + 1) * T))  # [B, T, (k+1)T]
+        attn = head.attend(q, jnp.concatenate(keys, 1), jnp.concatenate(values, 1), mask)
+        h = head.layer_output(residual, attn)  # [B, T, H]
+        outs.append((h, head.draft_logits(target, h)))
+        feature = h  # the next step reads this step's pre-norm output at the same entry
+    return outs
+
+
+def compute_losses(config, head: EagleHead, target, batch, hidden, taps, steps: int, key=None):
+    """(loss [], metrics) of one batch.
+
+    Args:
+      config: the run's config (method, loss).
+      head: the drafter; target: the target's module.
+      batch: {"tokens", "mask"} [B, T].
+      hidden: [B, T, D] the target's post-norm last hidden state; taps: tuple of [B, T, D].
+      steps: drafting steps unrolled (EAGLE-3 training: ttt_steps; EAGLE-1 training: 1).
+      key: PRNG key of the feature noise (None: no noise, as in eval).
+    """
+    tokens, mask = batch["tokens"], batch["mask"]
+    target_logits = jax.lax.stop_gradient(target.unembed(hidden))  # [B, T, V] float32
+    amplitude = noise_amplitude(config)
+    if key is not None and amplitude > 0:
+        noisy = lambda x, k: x + jax.random.uniform(k, x.shape, x.dtype, -amplitude, amplitude)  # noqa: E731
+        keys = jax.random.split(key, 1 + len(taps))
+        hidden_in = noisy(hidden, keys[0]) if config.method == "eagle" else hidden
+        taps = tuple(noisy(x, k) for x, k in zip(taps, keys[1:], strict=True))
+    else:
+        hidden_in = hidden
+    outs = unroll(head, target, tokens, head.target_feature(hidden_in, taps), steps)
+    draft_ids = in_draft = None
+    if head.config.draft_vocab_size < head.config.vocab_size:
+        draft_ids, in_draft = head.draft_to_target_ids(), head.t2d[...]
+    loss, metrics = jnp.zeros((), jnp.float32), {}
+    for k, (_, logits) in enumerate(outs):
+        ce, m = losses.eagle_step_loss(logits, target_logits, mask, k, draft_ids, in_draft)
+        metrics.update({f"step_{k}/{n}": v for n, v in m.items() if n != "coverage" or k == 0})
+        loss = loss + config.loss.decay**k * ce
+    if config.method == "eagle":
+        feature = losses.eagle_feature_loss(outs[0][0], hidden, mask)
+        metrics["feature_loss"] = feature
+        lw = config.loss
+        loss = lw.feature_weight * feature + lw.token_weight * metrics["step_0/ce"]
+    return loss, metrics
+
+
+# ------------------------------------------------------------------------------ the state
+
+
+def make_head(config, target: Model, counts: np.ndarray | None = None) -> EagleHead:
+    """A fresh drafter for `target` from the seed; EAGLE-3's draft vocabulary from `counts`."""
+    h = config.head
+    options = {"base_model": str(config.target)}
+    if config.method == "eagle":
+        options["fc_bias"] = bool(h.fc_bias)
+    else:
+        options["tap_layers"] = tap_layers(config, target)
+        options["draft_vocab_size"] = int(h.draft_vocab_size)
+    head = EagleHead.for_target(target, config.method, seed=config.seed, **options)
+    c = head.config
+    if c.method == "eagle3" and c.draft_vocab_size < c.vocab_size:
+        if counts is None:
+            raise ValueError("a reduced draft vocabulary needs the training rows' token counts")
+        d2t, t2d = draft_vocabulary(counts, c.draft_vocab_size)
+        head.d2t.set_value(jnp.asarray(d2t, jnp.int32))
+        head.t2d.set_value(jnp.asarray(t2d))
+    return head
+
+
+def make_state(config, target: Model, counts: np.ndarray | None = None):
+    """(graphdef, state, schedule): nnx.split((drafter, optimizer)) and the lr schedule."""
+    tx, schedule = loop.make_optimizer(config.train)
+    head = make_head(config, target, counts)
+    graphdef, state = nnx.split((head, nnx.Optimizer(head, tx, wrt=nnx.Param)))
+    return graphdef, state, schedule
+
+
+def make_steps(config, graphdef, target: Model):
+    """(train_step, eval_step): (state, batch) -> (state, metrics) / metrics; jitted.
+
+    The target's parameters are an argument of the compiled steps (not constants folded into
+    them); its features come from the batch when precomputed, else from its forward.
+    """
+    t_graphdef, t_params = nnx.split(target.module)
+    taps_ids = tap_layers(config, target)
+    train_steps = config.ttt_steps if config.method == "eagle3" else 1
+    nan_at = config.train.debug_nan_at_step
+
+    def features(module, batch):
+        if "hidden" in batch:
+            stored = batch.get("taps")
+            return batch["hidden"], tuple(stored[:, :, i] for i in range(len(taps_ids)))
+        hidden, taps = _forward(module, batch["tokens"], taps_ids)
+        return jax.lax.stop_gradient(hidden), jax.lax.stop_gradient(taps)
+
+    def train_step(state, batch, t_params):
+        head, optimizer = nnx.merge(graphdef, state)
+        module = nnx.merge(t_graphdef, t_params)
+        hidden, taps = features(module, batch)
+        key = jax.random.fold_in(jax.random.key(config.seed), optimizer.step[...])
+
+        def loss_fn(head):
+            loss, metrics = compute_losses(
+                config, head, module, batch, hidden, taps, train_steps, key
+            )
+            if nan_at > 0:  # static: the hook costs nothing when off
+                loss = jnp.where(optimizer.step[...] + 1 == nan_at, jnp.nan, loss)
+            return loss, metrics
+
+        (loss, metrics), grads = nnx.value_and_grad(loss_fn, has_aux=True)(head)
+        optimizer.update(head, grads)
+        return nnx.state((head, optimizer)), {"loss": loss, **metrics}
+
+    def eval_step(state, batch, t_params):
+        head, _ = nnx.merge(graphdef, state)
+        module = nnx.merge(t_graphdef, t_params)
+        hidden, taps = features(module, batch)
+        # The training objective without noise (EAGLE-1's reads step 0 only, whatever the
+        # unroll), plus every step's metrics.
+        loss, metrics = compute_losses(config, head, module, batch, hidden, taps, config.ttt_steps)
+        return {"loss": loss, **metrics}
+
+    step = jax.jit(train_step, donate_argnums=0)
+    evaluate = jax.jit(eval_step)
+    return (lambda s, b: step(s, b, t_params)), (lambda s, b: evaluate(s, b, t_params))
+
+
+def _resume_view(config) -> ml_collections.ConfigDict:
+    """The config as its JSON copy in a checkpoint reads (tuples become lists)."""
+    return ml_collections.ConfigDict(json.loads(json.dumps(config.to_dict())))
+
+
+# ----------------------------------------------------------------------------------- the run
+
+
+def train_eagle(config: ml_collections.ConfigDict, workdir, *, target=None) -> dict:
+    """Trains (or resumes) an EAGLE / EAGLE-3 drafter on `config.target` and exports it.
+
+    Resume order as `specjax.train.loop` states it; the rows (hence the token counts and the
+    draft vocabulary) are rebuilt deterministically, and d2t / t2d are also restored from
+    the checkpoint.
+
+    Args:
+      config: see `default_config`.
+      workdir: the run's directory (created if missing).
+      target: a loaded Model to use instead of loading `config.target`.
+    Returns:
+      Summary dict (also `<workdir>/results.json`): task, method, step, resumed_from,
+      train_loss, eval_loss, top1 and ce (per drafting step, held-out rows), coverage
+      (EAGLE-3: target argmaxes inside the draft vocabulary), feature_loss (EAGLE-1),
+      ttt_steps, tap_layers, draft_vocab_size, num_params, train_rows, data_kind,
+      train_seconds, heads_dir (None, with export_error, if the export was refused).
+    """
+    check_config(config)
+    workdir = Path(workdir).absolute()
+    workdir.mkdir(parents=True, exist_ok=True)
+    train = config.train
+
+    # Setup: target, rows, draft vocabulary, features, drafter, optimizer.
+    if target is None:
+        if not config.target:
+            raise ValueError("config.target is empty: set it to a checkpoint dir or LM workdir")
+        target = load_model(config.target)
+    target = as_model(target)
+    V = target.config.vocab_size
+    if config.head.draft_vocab_size > V:
+        raise ValueError(
+            f"config.head.draft_vocab_size={config.head.draft_vocab_size} exceeds the "
+            f"target's vocab_size={V}"
+        )
+    train_rows, eval_rows = th.prepare_rows(config, target, workdir)
+    counts = token_counts(train_rows, V)
+    if config.features.precompute:
+        taps, fb = tap_layers(config, target), config.features.batch_size
+        for name, rows in (("train", train_rows), ("eval", eval_rows)):
+            rows.update(precompute_features(target, rows, workdir / FEATURES / name, taps, fb,
+                                            train.progress))  # fmt: skip
+    graphdef, state, schedule = make_state(config, target, counts)
+    log.info("%s drafter: %d rows of %d tokens (%s)", config.method, data.num_rows(train_rows),
+             train_rows["tokens"].shape[1], config.data.kind)  # fmt: skip
+
+    # Restore.
+    manager = checkpoint.make_manager(workdir / CHECKPOINTS, max_to_keep=train.max_to_keep)
+    start = manager.latest_step() or 0
+    if start:
+        saved = checkpoint.saved_config(manager, start)
+        loop.check_resumable(saved, _resume_view(config), start, RESUME_KEYS)
+        loop.restore(manager, start, state)
+        # Orbax hands the arrays back committed to a sharding, which the lowered step
+        # records: uncommitted copies give the fresh run's program (a persistent
+        # compilation cache then serves a resumed run without compiling).
+        nnx.update(state, jax.tree.map(lambda x: jax.device_put(np.asarray(x)), state))
+        log.info("resumed from step %d of %d", start, train.num_steps)
+
+    # Loop, eval, save.
+    writer = MetricWriter(workdir, resume_step=start)
+    train_step, eval_step = make_steps(config, graphdef, target)
+    eval_fn = lambda s: th.evaluate(eval_step, s, eval_rows, train.batch_size, train.eval_batches)  # noqa: E731
+    stream = data.batches(train_rows, train.batch_size, config.seed, start_step=start)
+    begin = time.perf_counter()
+    try:
+        state, final = loop.run(
+            config, state, train_step, eval_fn, stream, manager, writer, schedule, start,
+            desc=f"train {config.method}",
+            tokens_per_step=train.batch_size * train_rows["tokens"].shape[1],
+        )  # fmt: skip
+    finally:
+        manager.wait_until_finished()
+        writer.close()
+
+    head, _ = nnx.merge(graphdef, state)
+    summary = _summary(config, head, final, start, train_rows)
+    summary["train_seconds"] = round(time.perf_counter() - begin, 2)
+    if jax.process_index() == 0:
+        summary.update(_export(config, head, workdir))
+        (workdir / RESULTS).write_text(json.dumps(summary, indent=2) + "\n")
+    log.info("%s: eval top-1 by step %s", config.method,
+             " / ".join(f"{a:.2f}" for a in summary["top1"]))  # fmt: skip
+    return summary
+
+
+def _summary(config, head: EagleHead, final: dict, start: int, train_rows: dict) -> dict:
+    c, n = head.config, config.ttt_steps
+    summary = {
+        "task": "train_eagle",
+        "method": config.method,
+        "step": int(config.train.num_steps),
+        "resumed_from": start,
+        "train_loss": final.get("train/loss", math.nan),
+        "eval_loss": final["eval/loss"],
+        "top1": [final[f"eval/step_{k}/top1"] for k in range(n)],
+        "ce": [final[f"eval/step_{k}/ce"] for k in range(n)],
+        "ttt_steps": n,
+        "tap_layers": list(c.tap_layers),
+        "draft_vocab_size": c.draft_vocab_size,
+        "num_params": c.num_params(),
+        "train_rows": data.num_rows(train_rows),
+        "data_kind": config.data.kind,
+    }
+    if config.method == "eagle3":
+        summary["coverage"] = final["eval/step_0/coverage"]
+    else:
+        summary["feature_loss"] = final["eval/feature_loss"]
+    return summary
+
+
+def _export(config, head: EagleHead, workdir: Path) -> dict:
+    """Writes `<workdir>/heads` (specjax layout) and each `export.layouts` directory.
+
+    A layout `specjax.io.drafts` refuses for this drafter is logged and reported
+    (`export_error`) rather than losing the trained run; the checkpoint holds the drafter.
+    """
+    try:
+        save_draft(head, workdir / HEADS_DIR, layout="specjax")
+        for layout in config.export.layouts:
+            save_draft(head, workdir / "export" / layout, layout=layout)
+    except ValueError as e:
+        log.warning("drafter not exported (%s); it stays in %s", e, workdir / CHECKPOINTS)
+        return {"heads_dir": None, "export_error": str(e)}
+    return {"heads_dir": str(workdir / HEADS_DIR)}
