@@ -61,11 +61,12 @@ def get_config(arg=None):
     config.target_path = ""  # a trained target (training workdir or HF dir) to reuse
     config.target = train_lm.get_config("target")
     config.draft = train_lm.get_config("draft")
+    config.draft.train.num_steps = 300
     # Medusa-1 on the target's own greedy continuations; its features computed once and
     # stored (one target pass over the rows), so each step costs the heads alone.
     config.medusa = train_medusa.get_config()
     config.medusa.features.precompute = True
-    config.medusa.train.update(num_steps=200, eval_every=100, checkpoint_every=100)
+    config.medusa.train.update(num_steps=150, eval_every=75, checkpoint_every=75)
     # EAGLE-3 on the same self-distilled rows (cached by the first trainer), its three layer
     # taps stored once; a shorter training-time-test unroll than the paper's 7.
     config.eagle3 = train_eagle.get_config()
@@ -77,6 +78,7 @@ def get_config(arg=None):
     # is timed in the same round-robin.
     skip = ("autoregressive", "eagle1", "eagle2")
     config.bench.methods = tuple(m for m in registered_methods() if m not in skip)
+    config.bench.update(num_prompts=3, tau_vs_n=(1, 2, 4))
     if variant == "tiny":
         _tiny(config)
     _shared_data(config)
