@@ -24,6 +24,8 @@ VARIANTS = {
     "configs/ablations/temperature.py": [None, "tiny"],
     "configs/ablations/verification.py": [None, "tiny"],
     "configs/ablations/draft_size.py": [None, "tiny"],
+    "configs/ablations/eagle_tree_budget.py": [None, "tiny"],
+    "configs/ablations/eagle_ttt.py": [None, "tiny"],
 }
 ABLATIONS = [f for f in VARIANTS if "/ablations/" in f]
 HELPERS = {"__init__.py", "common.py"}
@@ -100,8 +102,9 @@ def test_quickstart_default_target_costs_more_than_draft():
 
 @pytest.mark.parametrize("path", ABLATIONS)
 def test_ablation_sweeps_apply_to_their_config(path):
-    config = parse(f"--config={path}", "--config.bench.seed=3")
-    assert config.bench.seed == 3
+    seed = "bench.seed" if "bench" in parse(f"--config={path}") else "seed"  # a training sweep
+    config = parse(f"--config={path}", f"--config.{seed}=3")
+    assert config.bench.seed == 3 if seed == "bench.seed" else config.seed == 3
     sweep = load_sweep(path)
     assert len(sweep) >= 2
     names = [point_name(i, overrides) for i, overrides in enumerate(sweep)]

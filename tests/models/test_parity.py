@@ -282,3 +282,26 @@ def test_impossible_attention_bias_is_refused(model_type, bias):
     with pytest.raises(ValueError, match=f"attention_bias={bias}.*{model_type}"):
         sj.ModelConfig(model_type=model_type, attention_bias=bias)
     assert sj.ModelConfig(model_type=model_type).attention_bias is (not bias)
+
+
+def test_feature_taps_and_last_hidden_match_transformers(family):
+    """What draft heads read: the residual stream entering layer i is transformers'
+    `hidden_states[i]`, and `last_hidden` (after the final norm, the LM head's input) is its
+    `last_hidden_state` (EAGLE-1 and Medusa read it; EAGLE-3 reads taps)."""
+    dec, tokens = family.decoder, family.tokens
+    L = dec.config.num_layers
+    taps = tuple(sorted({0, L // 2, L - 1}))
+    B, T = tokens.shape
+    positions = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    out = dec(jnp.asarray(tokens), positions, sj.KVCache.for_model(dec.config, B, 32),
+              tap_layers=taps)  # fmt: skip
+    with torch.no_grad():
+        ref = family.ref(torch.as_tensor(tokens, dtype=torch.long), output_hidden_states=True)
+    hidden = [h.float().numpy() for h in ref.hidden_states]  # L + 1: embeddings .. final norm
+    for i, tap in zip(taps, out.taps, strict=True):
+        np.testing.assert_allclose(np.asarray(tap), hidden[i], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(np.asarray(out.last_hidden), hidden[-1], atol=1e-4, rtol=0)
+    base = family.ref.transformer if dec.config.model_type == "gpt2" else family.ref.model
+    with torch.no_grad():
+        last = base(torch.as_tensor(tokens, dtype=torch.long)).last_hidden_state.float().numpy()
+    np.testing.assert_allclose(np.asarray(out.last_hidden), last, atol=1e-4, rtol=0)
