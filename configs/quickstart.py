@@ -4,36 +4,41 @@ r"""The quickstart: the embedded default pipeline in one command.
     python -m launch.main --config=configs/quickstart.py:tiny --workdir=/tmp/quickstart  # CI smoke
 
 Embedded corpus (the standard library's source and pydoc topics; nothing downloaded) -> BPE
-tokenizer -> target LM -> draft LM (same tokenizer) -> benchmark of every registered method
-against autoregressive decoding -> report. Outputs in the workdir: target/ and draft/
-(training workdirs; `sj.load_model(<workdir>/target)` loads the model), bench/ (the
-benchmark's results.json, report.md, plots/), report.md and results.json (the summary).
-Running it again resumes: finished stages restore from their checkpoints.
+tokenizer -> target LM -> draft LM (same tokenizer) -> Medusa-1 heads and an EAGLE-3 drafter
+on the frozen target (one self-distillation of the target feeds both) -> benchmark of every
+method whose draft the quickstart trains, against autoregressive decoding -> report. Outputs
+in the workdir: target/ and draft/ (training workdirs; `sj.load_model(<workdir>/target)`
+loads the model), medusa/ and eagle3/ (head-training workdirs; `sj.load_draft(...)`),
+distill/ (the shared self-distilled rows), bench/ (the benchmark's results.json, report.md,
+plots/), report.md and results.json (the summary). Running it again resumes: finished stages
+restore from their checkpoints.
 
 Knobs: `--config.target.train.num_steps=...`, `--config.draft.model.num_layers=...`,
 `--config.bench.methods='("draft_model",)'`; `--config.target_path=<dir>` reuses a trained
 target (the draft is trained with its tokenizer).
 
-Measured on this project's dev box: a 2-core x86 VM ("Intel Xeon Processor"), jax 0.10.2 on
-CPU, nothing else running (load average ~1.5, i.e. this run):
-  default  12.2 min wall (20.5 CPU-min): data + BPE ~20 s a model; target 6x384 (11.0M
-           params, 600 steps of 8x128 tokens) ~7 min, eval loss 4.16 (perplexity 64); draft
-           2x128 (0.92M, 400 steps of 16x128) ~1.3 min, eval loss 3.78 (perplexity 44: at
-           this budget the small model is further along; the target is the under-trained
-           one); decode at batch 1: 2.84 vs 0.29 ms/token (c = 0.10); benchmark ~4 min.
-           T=0, batch 1: draft_model N=4 tau 2.9, 1.1x; top-k tree (depth 3, width 2)
-           tau 3.15, 0.9x; ngram tau 2.25, 1.15x. tau vs N (draft_model): 1.73, 2.22, 2.91,
-           3.50 for N = 1, 2, 4, 8, speedup best at N = 1-2 (1.2x). At T=1 and at batch 8
-           every method runs at 0.5-1.0x: a speculative step costs ~3.5 autoregressive
-           steps on this CPU, so tau ~2.5 does not pay. With other jobs sharing the two
-           cores (load average ~7) the same run took 44 min and timings spread by ~20%.
-           Re-run on a fresh clone after the decode-step changes (README command, pip
-           included): 10.8 min, same models, decode 2.03 vs 0.22 ms/token, same speedups
-           within 0.05x (BENCHMARKS.md, "Quickstart").
-  tiny     41 s wall (~1.5-2 min on the loaded box). 2x64 target and 1x32 draft, 40 steps
-           each on 100k characters a category, 16-token generations at T=0 and T=1: checks
-           that every stage runs and that the numbers are sane (tau >= 1); its speedups are
-           noise around 1x.
+Budget: the whole default run within 20 minutes on a 2-core CPU, pip install excluded (the
+tiny variant within 2). Each stage's budget, and what it took on this project's dev box (a
+2-core x86 VM, jax 0.10.2 on CPU, idle; fresh clone, the README's command, 2026-12-01: 17.2
+min wall in all, pip included):
+  stage                         budget    measured   what
+  data + BPE                    0.5 min   ~0.3 min   embedded corpus, BPE of 2048
+  1 target LM                   7 min     5.9 min    6x384, 400 steps of 8x128 tokens: eval 4.42
+  2 draft LM                    1.5 min   1.3 min    2x128, 300 steps of 16x128: eval 4.04
+  3 Medusa-1 heads              2 min     1.8 min    self-distillation (256 + 16 rows, shared),
+                                                     features stored once, 150 steps
+  4 EAGLE-3 drafter             2 min     1.7 min    taps stored once, 120 steps, 3-step TTT
+  5 benchmark + decode timing   6.5 min   6.3 min    6 methods x batch {1, 8} x T {0, 1}, one
+                                                     AR baseline per cell, 3 prompts a category
+                                                     x 3 repeats; tau vs N at N = 1, 2, 4
+  (left for lookahead, next)    0.5 min
+  Results (BENCHMARKS.md "Quickstart"): T=0, batch 1: medusa tau 3.10, 1.51x; medusa_chain
+  2.70, 1.39x; ngram 2.17, 1.18x; eagle3 2.98, 0.77x; draft_model 1.97, 0.93x. At T=1 only
+  draft_model pays (2.44, 1.20x); at batch 8 nothing does (best ngram 0.94x).
+  tiny     ~1.5 min wall. 2x64 target and 1x32 draft, 40 steps each on 100k characters a
+           category, tiny heads, 16-token generations at T=0 and T=1: checks that every
+           stage runs and that the numbers are sane (tau >= 1); its speedups are noise
+           around 1x.
 """
 
 import ml_collections

@@ -6,17 +6,19 @@ r"""Train a small Llama-family LM from scratch on the embedded corpus (stdlib co
     python -m launch.main --config=configs/train_lm.py:tiny --workdir=/tmp/lm   # seconds
 
 Variants (`arg`):
-  target  6 layers, D=384, 6 heads (2 kv), F=1024, V=2048: 11.0M parameters; 600 steps of
-          8x128 tokens at peak lr 1.5e-3. The quickstart's target: its decode step costs
-          ~10x the draft's on a 2-core CPU (2.84 vs 0.29 ms per token at batch 1).
+  target  6 layers, D=384, 6 heads (2 kv), F=1024, V=2048: 11.0M parameters; 400 steps of
+          8x128 tokens at peak lr 1.5e-3 (600 until 2026-12-01: cut to fit the quickstart's
+          head trainers). The quickstart's target: its decode step costs ~13x the draft's on
+          a 2-core CPU (3.24 vs 0.24 ms per token at batch 1).
   draft   2 layers, D=128, 4 heads (2 kv), F=384: 0.92M parameters; 400 steps of 16x128 at
           3e-3. Train it with the target's tokenizer
           (`--config.tokenizer.path=<target workdir>`).
   tiny    2 layers, D=32 on 100k characters per category, 40 steps: the CI smoke setting.
 
-Measured on a 2-core x86 VM (jax 0.10.2 CPU, idle): target ~7 min, eval loss 4.16
-(perplexity 64); draft ~1.3 min, eval loss 3.78 (perplexity 44); tiny ~10 s, eval loss
-~5.3. Learning rate of the target (eval loss after 150 of 600 steps): 6e-3 5.43, 3e-3 5.28,
+Measured on a 2-core x86 VM (jax 0.10.2 CPU, idle): target 400 steps 5.9 min, eval loss
+4.42 (perplexity 83; 600 steps: ~7-11 min by the VM's speed, 4.16); draft 400 steps ~1.3
+min, eval loss 3.78 (perplexity 44; 300 steps as the quickstart runs it: 4.04); tiny ~10 s,
+eval loss ~5.3. Learning rate of the target (eval loss after 150 of 600 steps): 6e-3 5.43, 3e-3 5.28,
 1.5e-3 5.11, 1e-3 5.16; the wider model wants a smaller step than the draft.
 An interrupted run resumes from its latest checkpoint when started again with the same
 workdir (same seed -> the same parameters as an uninterrupted run).

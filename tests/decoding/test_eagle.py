@@ -58,8 +58,20 @@ def heads(target):
     return {m: sj.EagleHead.for_target(target, method=m, seed=1) for m in ("eagle", "eagle3")}
 
 
-@pytest.mark.parametrize("method", ["eagle", "eagle3"])
-@pytest.mark.parametrize("k,tree", VARIANTS, ids=IDS)
+SLOW = pytest.mark.slow
+GREEDY = [  # every tree kind for EAGLE-3, the chain and the dynamic tree for EAGLE-1
+    *[
+        pytest.param("eagle3", k, t, id=f"eagle3-{i}")
+        for (k, t), i in zip(VARIANTS, IDS, strict=True)
+    ],
+    pytest.param("eagle", 4, None, id="eagle-chain"),
+    pytest.param("eagle", 4, DYNAMIC, id="eagle-dynamic"),
+    pytest.param("eagle", 3, "topk_3x2", id="eagle-topk_3x2", marks=SLOW),
+    pytest.param("eagle", 5, "eagle1_25", id="eagle-eagle1_25", marks=SLOW),
+]
+
+
+@pytest.mark.parametrize("method,k,tree", GREEDY)
 def test_greedy_equals_autoregressive(target, heads, prompts, reference, method, k, tree):
     out = sj.generate(target, prompts, MAX_NEW, stop_token_ids=[],
                       speculative_config=_cfg(method, heads[method], k, tree))  # fmt: skip
@@ -101,7 +113,11 @@ def bigram(tiny_config):
     return target, _exact_eagle1(target)
 
 
-@pytest.mark.parametrize("k,tree", VARIANTS, ids=IDS)
+@pytest.mark.parametrize(
+    "k,tree",
+    [pytest.param(k, t, id=i, marks=() if i in ("eagle1_25", "dynamic") else SLOW)
+     for (k, t), i in zip(VARIANTS, IDS, strict=True)],
+)  # fmt: skip
 def test_exact_drafter_is_accepted_to_full_depth(bigram, prompts, k, tree):
     target, head = bigram
     ref = sj.generate(target, prompts, MAX_NEW, stop_token_ids=[]).tokens
@@ -120,10 +136,9 @@ def test_tight_buckets_dynamic_tree(target, heads):
     rows = [rng.integers(0, VOCAB, n).tolist() for n in (16, 7)]
     ref = sj.generate(target, rows, 16, stop_token_ids=[]).tokens
     tree = {"dynamic": {"top_k": 4, "total_tokens": 40}}
-    for method in ("eagle", "eagle3"):
-        out = sj.generate(target, rows, 16, stop_token_ids=[],
-                          speculative_config=_cfg(method, heads[method], 5, tree))  # fmt: skip
-        assert out.tokens == ref, method
+    out = sj.generate(target, rows, 16, stop_token_ids=[],
+                      speculative_config=_cfg("eagle3", heads["eagle3"], 5, tree))  # fmt: skip
+    assert out.tokens == ref
 
 
 # ----------------------------------------------------------------------- trees as data
@@ -225,7 +240,7 @@ def test_ancestor_mask_and_paths_from_data_match_the_static_tree():
 # ------------------------------------------------------------------- the drafter's state
 
 
-@pytest.mark.parametrize("method", ["eagle", "eagle3"])
+@pytest.mark.parametrize("method", ["eagle3", pytest.param("eagle", marks=pytest.mark.slow)])
 def test_drafter_state_after_commits_equals_a_fresh_prefill(target, heads, prompts, method):
     """After several steps the drafter's committed cache and hidden equal what a prefill of
     the whole committed sequence (target features recomputed) gives: the re-run over the

@@ -211,20 +211,20 @@ def _cfg(method: str, mode: str, draft, heads=None, eagle=None) -> dict:
     return cfg
 
 
-# Every mode, every method and both sampling settings, in five compiled programs (~30 s of
-# CPU each). `pytest -m slow` runs the rest of the (method, mode, sampling) matrix.
+# Every rule, every proposer family and both sampling settings, in six compiled programs
+# (~20-30 s of CPU each). `pytest -m slow` runs the rest of the (method, mode, sampling) matrix.
 CASES = [
     ("chain", "probabilistic", TOP_P),
     ("chain", "strict", TOP_K),
-    ("tree", "probabilistic", TOP_K),  # i.i.d. siblings: the SpecInfer residual chain
     ("tree", "one_hot", TOP_P),  # top-k siblings: zero and renormalise
     ("ngram", "one_hot", TOP_K),
     ("medusa_tree", "one_hot", TOP_P),  # each head's top-k: zero and renormalise
-    ("medusa_chain", "probabilistic", TOP_K),  # sampled from each head's processed law
-    ("eagle_chain", "probabilistic", TOP_P),  # sampled from the drafter's processed law
     ("eagle3_dynamic", "one_hot", TOP_K),  # EAGLE-2's tree: per-row topology as data
 ]
 SLOW_CASES = [
+    ("tree", "probabilistic", TOP_K),  # i.i.d. siblings: the SpecInfer residual chain
+    ("medusa_chain", "probabilistic", TOP_K),  # sampled from each head's processed law
+    ("eagle_chain", "probabilistic", TOP_P),  # sampled from the drafter's processed law
     ("chain", "probabilistic", TOP_K),
     ("chain", "strict", TOP_P),
     ("chain", "one_hot", TOP_K),
