@@ -16,16 +16,15 @@ Writes <workdir>/results.json, report.md (tables: method x batch x temperature w
 tokens/s and speedup; acceptance by position; tau vs N; compile times; machine; command)
 and plots/{speedup,acceptance,tau_vs_n}.png.
 
-What to expect (the quickstart's pair: a 6x384 target trained 600 steps to eval loss 4.16
-and a 2x128 draft; a 2-core x86 VM, jax 0.10.2 on CPU, idle): the full grid is the
-quickstart's benchmark stage, recorded in BENCHMARKS.md "Quickstart" (2026-11-29; ~4
-minutes of that run's 12.2, configs/quickstart.py). T=0, batch 1: draft_model N=4 tau 2.9, 1.1x; draft_tree (depth 3, width 2) tau
-3.15, 0.9x; ngram tau 2.25, 1.15x; tau vs N (draft_model) 1.73 / 2.22 / 2.91 / 3.50 for
-N = 1 / 2 / 4 / 8, best speedup 1.2x at N = 1-2. At T=1 and at batch 8 every method runs at
-0.5-1.0x: a speculative step costs ~3.5 autoregressive steps on this CPU. A less trained
-pair (an earlier quickstart target, 300 steps, eval loss 4.41: pair Q of
-docs/skill-spec-decode-picker.md, measured with other jobs on the machine) took 13 minutes
-and ran at 0.44-0.78x in every cell. The small variant takes about 4 minutes. Measured
+What to expect (the quickstart's pair since 2026-12-01: a 6x384 target trained 400 steps to
+eval loss 4.42, a 2x128 draft, Medusa-1 heads and an EAGLE-3 drafter; a 2-core x86 VM, jax
+0.10.2 on CPU, idle): the grid is the quickstart's benchmark stage, recorded in
+BENCHMARKS.md "Quickstart" (6.3 minutes of that run's 17.2). T=0, batch 1: medusa tau 3.10,
+1.51x; medusa_chain 2.70, 1.39x; ngram 2.17, 1.18x; eagle3 (dynamic tree) 2.98, 0.77x;
+draft_model N=4 1.97, 0.93x. At T=1 only draft_model pays (1.20x); at batch 8 nothing does
+(best ngram 0.94x). The earlier 600-step pair (eval loss 4.16; 2026-11-29) gave draft_model
+tau 2.9 / 1.1x and ngram 2.25 / 1.15x at T=0, batch 1.
+The small variant takes about 4 minutes. Measured
 tables and what they mean: docs/skill-spec-decode-picker.md.
 """
 
