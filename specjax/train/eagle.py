@@ -56,7 +56,6 @@ import hashlib
 import json
 import logging
 import math
-import time
 from pathlib import Path
 
 import jax
@@ -72,7 +71,6 @@ from specjax.io.hf import load_model
 from specjax.models import Model, as_model
 from specjax.train import checkpoint, data, distill, loop, losses
 from specjax.train import heads as th
-from specjax.train.metrics import MetricWriter
 
 log = logging.getLogger(__name__)
 
@@ -460,24 +458,24 @@ def train_eagle(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
         log.info("resumed from step %d of %d", start, train.num_steps)
 
     # Loop, eval, save.
-    writer = MetricWriter(workdir, resume_step=start)
     train_step, eval_step = make_steps(config, graphdef, target)
     eval_fn = lambda s: th.evaluate(eval_step, s, eval_rows, train.batch_size, train.eval_batches)  # noqa: E731
-    stream = data.batches(train_rows, train.batch_size, config.seed, start_step=start)
-    begin = time.perf_counter()
-    try:
-        state, final = loop.run(
-            config, state, train_step, eval_fn, stream, manager, writer, schedule, start,
-            desc=f"train {config.method}",
-            tokens_per_step=train.batch_size * train_rows["tokens"].shape[1],
-        )  # fmt: skip
-    finally:
-        manager.wait_until_finished()
-        writer.close()
+    state, final, seconds = loop.run_on_rows(
+        config,
+        workdir,
+        state,
+        train_step,
+        eval_fn,
+        train_rows,
+        manager,
+        schedule,
+        start,
+        desc=f"train {config.method}",
+    )
 
     head, _ = nnx.merge(graphdef, state)
     summary = _summary(config, head, final, start, train_rows)
-    summary["train_seconds"] = round(time.perf_counter() - begin, 2)
+    summary["train_seconds"] = round(seconds, 2)
     if jax.process_index() == 0:
         summary.update(_export(config, head, workdir))
         (workdir / RESULTS).write_text(json.dumps(summary, indent=2) + "\n")

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import time
 from pathlib import Path
 
 import jax
@@ -49,7 +48,6 @@ from specjax.io.drafts import HEADS_DIR, save_draft
 from specjax.io.hf import load_model, save_hf
 from specjax.models import Model, as_model
 from specjax.train import checkpoint, data, distill, loop, losses
-from specjax.train.metrics import MetricWriter
 
 log = logging.getLogger(__name__)
 
@@ -434,20 +432,20 @@ def train_heads(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
         log.info("resumed from step %d of %d", start, train.num_steps)
 
     # Loop, eval, save.
-    writer = MetricWriter(workdir, resume_step=start)
     train_step, eval_step = make_steps(config, graphdef, target, start)
     eval_fn = lambda s: evaluate(eval_step, s, eval_rows, train.batch_size, train.eval_batches)  # noqa: E731
-    stream = data.batches(train_rows, train.batch_size, config.seed, start_step=start)
-    begin = time.perf_counter()
-    try:
-        state, final = loop.run(
-            config, state, train_step, eval_fn, stream, manager, writer, schedule, start,
-            desc=f"train {config.method} heads",
-            tokens_per_step=train.batch_size * train_rows["tokens"].shape[1],
-        )  # fmt: skip
-    finally:
-        manager.wait_until_finished()
-        writer.close()
+    state, final, seconds = loop.run_on_rows(
+        config,
+        workdir,
+        state,
+        train_step,
+        eval_fn,
+        train_rows,
+        manager,
+        schedule,
+        start,
+        desc=f"train {config.method} heads",
+    )
 
     trainable, _ = nnx.merge(graphdef, state)
     heads = trainable.heads if isinstance(trainable, Joint) else trainable
@@ -473,7 +471,7 @@ def train_heads(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
         "num_params": heads.config.num_params(),
         "train_rows": data.num_rows(train_rows),
         "data_kind": config.data.kind,
-        "train_seconds": round(time.perf_counter() - begin, 2),
+        "train_seconds": round(seconds, 2),
         "heads_dir": str(workdir / HEADS_DIR),
     }
     if jax.process_index() == 0:

@@ -25,7 +25,8 @@ import optax
 from flax import nnx
 from tqdm.auto import tqdm
 
-from specjax.train import checkpoint
+from specjax.train import checkpoint, data
+from specjax.train.metrics import MetricWriter
 
 
 def make_optimizer(
@@ -173,6 +174,31 @@ def run(
     if manager.latest_step() != train.num_steps:
         save(manager, train.num_steps, state, config)
     return state, {**logged, **final}
+
+
+def run_on_rows(
+    config, workdir, state, train_step, eval_fn, train_rows, manager, schedule, start: int, *,
+    desc: str,
+):  # fmt: skip
+    """`run` over shuffled batches of `train_rows` (the head trainers' rows: {"tokens" [N, T],
+    ...}), with a MetricWriter in `workdir` that resumes at `start`.
+
+    Returns:
+      (state, summary, seconds): as `run`, and the wall time of the loop.
+    """
+    train = config.train
+    writer = MetricWriter(workdir, resume_step=start)
+    stream = data.batches(train_rows, train.batch_size, config.seed, start_step=start)
+    begin = time.perf_counter()
+    try:
+        state, final = run(
+            config, state, train_step, eval_fn, stream, manager, writer, schedule, start,
+            desc=desc, tokens_per_step=train.batch_size * train_rows["tokens"].shape[1],
+        )  # fmt: skip
+    finally:
+        manager.wait_until_finished()
+        writer.close()
+    return state, final, time.perf_counter() - begin
 
 
 def _log_interval(pending, tick: float, steps: int, tokens_per_step: int) -> dict:
