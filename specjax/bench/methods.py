@@ -267,6 +267,25 @@ def _dynamic_tree(cfg) -> dict:
     return {"dynamic": {"top_k": int(d.top_k), "total_tokens": int(d.total_tokens)}}
 
 
+def _dynamic_nodes(cfg, n: int) -> int:
+    return int(cfg.dynamic_tree.total_tokens)
+
+
+def _eagle_dynamic(method: str):
+    """The builder of `method`'s drafter (head slot of the same name) on the dynamic tree."""
+
+    def build(cfg, drafts):
+        return {
+            "method": method,
+            "model": drafts.head(method),
+            "num_speculative_tokens": int(cfg.num_speculative_tokens),
+            "draft_tree": _dynamic_tree(cfg),
+            **_verification(cfg),
+        }
+
+    return build
+
+
 @register_method("eagle1", needs_heads="eagle", nodes=lambda cfg, n: eagle_tree(cfg, n).num_drafts)
 def _eagle1(cfg, drafts):
     """EAGLE-1: its drafter on a static tree (`cfg.eagle_tree`)."""
@@ -280,29 +299,7 @@ def _eagle1(cfg, drafts):
     }
 
 
-@register_method(
-    "eagle2", needs_heads="eagle", nodes=lambda cfg, n: int(cfg.dynamic_tree.total_tokens)
-)
-def _eagle2(cfg, drafts):
-    """EAGLE-2: the EAGLE-1 drafter on the dynamic tree (`cfg.dynamic_tree`, depth N)."""
-    return {
-        "method": "eagle",
-        "model": drafts.head("eagle"),
-        "num_speculative_tokens": int(cfg.num_speculative_tokens),
-        "draft_tree": _dynamic_tree(cfg),
-        **_verification(cfg),
-    }
-
-
-@register_method(
-    "eagle3", needs_heads="eagle3", nodes=lambda cfg, n: int(cfg.dynamic_tree.total_tokens)
-)
-def _eagle3(cfg, drafts):
-    """EAGLE-3: its drafter on the dynamic tree (`cfg.dynamic_tree`, depth N)."""
-    return {
-        "method": "eagle3",
-        "model": drafts.head("eagle3"),
-        "num_speculative_tokens": int(cfg.num_speculative_tokens),
-        "draft_tree": _dynamic_tree(cfg),
-        **_verification(cfg),
-    }
+# EAGLE-2: the EAGLE-1 drafter on the dynamic tree (`cfg.dynamic_tree`, depth N); EAGLE-3:
+# its drafter on the same tree.
+register_method("eagle2", needs_heads="eagle", nodes=_dynamic_nodes)(_eagle_dynamic("eagle"))
+register_method("eagle3", needs_heads="eagle3", nodes=_dynamic_nodes)(_eagle_dynamic("eagle3"))
