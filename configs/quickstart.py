@@ -100,7 +100,7 @@ def _tiny(config: ml_collections.ConfigDict) -> None:
     config.medusa.features.precompute = True
     config.medusa.heads.num_heads = config.bench.num_speculative_tokens  # the bench's N
     config.eagle3 = train_eagle.get_config("tiny")
-    config.bench.dynamic_tree.update(top_k=2, total_tokens=6)
+    config.bench.dynamic_tree.update(depth=4, top_k=2, total_tokens=6)
     config.bench.update(
         batch_sizes=(1,),
         temperatures=(0.0, 1.0),

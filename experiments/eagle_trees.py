@@ -16,6 +16,7 @@ Writes experiments/results/eagle_trees[<tag>].json and prints a table.
 from __future__ import annotations
 
 import argparse
+import re
 
 import common
 from medusa_cost import held_out, ms_per_step
@@ -28,7 +29,7 @@ CHAINS = (3, 4, 5, 6)
 STATIC = ((4, "topk_4x2"), (5, "eagle1_25"))
 DYNAMIC = (  # (depth, top_k, total_tokens)
     (4, 2, 6), (4, 3, 8), (5, 3, 8), (5, 4, 12), (6, 4, 12), (5, 4, 16), (6, 4, 24),
-    (6, 6, 32), (7, 10, 60),
+    (6, 4, 16), (7, 4, 16), (6, 6, 32), (7, 10, 60),
 )  # fmt: skip
 
 
@@ -54,6 +55,7 @@ def main():
     parser.add_argument("--new", type=int, default=129)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--tag", default="")
+    parser.add_argument("--only", default="", help="a regex: run only the settings it matches")
     args = parser.parse_args()
     target = sj.load_model(args.target)
     drafter = sj.load_draft(args.drafter, target=target)
@@ -62,6 +64,8 @@ def main():
     ar_ms = ms_per_step(target, prompts[:1], None, args.new, args.repeats)[0] if args.cost else None
     rows = []
     for name, depth, cfg in settings(method, drafter):
+        if args.only and not re.search(args.only, name):
+            continue
         row = {"setting": name, "depth": depth}
         for temperature in (0.0, 1.0) if args.t1 else (0.0,):
             sampling = sj.SamplingParams(temperature=temperature, seed=0)

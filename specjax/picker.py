@@ -48,7 +48,7 @@ import ml_collections
 from flax import nnx
 
 from specjax.bench import (
-    DEFAULT_DYNAMIC_TREE,
+    dynamic_tree_config,
     DEFAULT_EAGLE_TREE,
     DEFAULT_MEDUSA_TREE,
     timing,
@@ -95,7 +95,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.prompt_lookup_max = 3
     cfg.medusa_tree = DEFAULT_MEDUSA_TREE
     cfg.eagle_tree = DEFAULT_EAGLE_TREE
-    cfg.dynamic_tree = ml_collections.ConfigDict(DEFAULT_DYNAMIC_TREE)
+    cfg.dynamic_tree = dynamic_tree_config()
     cfg.n_max = 8
     cfg.max_draft_nodes = 64  # trees: depths whose node count exceeds this are not considered
     cfg.temperature = 0.0

@@ -39,7 +39,7 @@ def pair(tiny_bench_pair):
 def tiny_pick_config():
     cfg = picker.default_config()
     cfg.methods = ("draft_model", "ngram", "medusa_chain", "eagle3")
-    cfg.dynamic_tree.update(top_k=2, total_tokens=4)
+    cfg.dynamic_tree.update(depth=2, top_k=2, total_tokens=4)
     cfg.num_speculative_tokens = 2
     cfg.n_max = 4
     cfg.num_prompts = 2

@@ -23,7 +23,17 @@ DEFAULT_MEDUSA_TREE = "medusa_k4_8"  # chosen by measurement: BENCHMARKS.md "Med
 # EAGLE-1's static tree (the reference's default, cut to num_speculative_tokens) and the
 # dynamic tree's sizes for EAGLE-2/3 on this CPU (its depth is num_speculative_tokens).
 DEFAULT_EAGLE_TREE = "eagle1_25"
-DEFAULT_DYNAMIC_TREE = {"top_k": 4, "total_tokens": 16}  # experiments/eagle_trees.py
+# The dynamic tree has its own depth (the N of the eagle2 / eagle3 rows): its best budget is
+# deeper than the grid's N. Chosen by measurement (LOG 2026-12-01, "scored by the law").
+DEFAULT_DYNAMIC_TREE = {"depth": 5, "top_k": 4, "total_tokens": 16}
+
+
+def dynamic_tree_config() -> ml_collections.ConfigDict:
+    """`DEFAULT_DYNAMIC_TREE` plus score_temperature (a float placeholder: None = the decode's
+    own law, sharpened at T=0; see `trees.DynamicTree`)."""
+    cfg = ml_collections.ConfigDict(DEFAULT_DYNAMIC_TREE)
+    cfg.score_temperature = ml_collections.config_dict.placeholder(float)
+    return cfg
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -36,7 +46,8 @@ def default_config() -> ml_collections.ConfigDict:
       (names registered in `specjax.bench.methods`), the method knobs (num_speculative_tokens,
       draft_tree, prompt_lookup_min/max, medusa_tree: a named tree cut to
       num_speculative_tokens heads, "" = a chain; eagle_tree: EAGLE-1's static tree, cut
-      likewise; dynamic_tree: EAGLE-2/3's top_k and total_tokens), the grid (batch_sizes x temperatures), the
+      likewise; dynamic_tree: EAGLE-2/3's depth, top_k, total_tokens and
+      score_temperature), the grid (batch_sizes x temperatures), the
       workload (max_new_tokens, prompt_tokens, num_prompts per category), repeats (timed
       repeats per cell, each interleaved with the autoregressive baseline), tau_vs_n (the
       draft-depth sweep of draft_model at batch 1, at tau_vs_n_temperature, default 0), data (where held-out prompts
@@ -53,7 +64,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.prompt_lookup_max = 3
     cfg.medusa_tree = DEFAULT_MEDUSA_TREE
     cfg.eagle_tree = DEFAULT_EAGLE_TREE
-    cfg.dynamic_tree = ml_collections.ConfigDict(DEFAULT_DYNAMIC_TREE)
+    cfg.dynamic_tree = dynamic_tree_config()
     cfg.batch_sizes = (1, 8)
     cfg.temperatures = (0.0, 1.0)
     cfg.max_new_tokens = 64

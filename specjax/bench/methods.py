@@ -261,14 +261,28 @@ def eagle_tree(cfg, n: int) -> trees.Tree:
     return trees.truncate(trees.get_tree(name), n) if name else trees.chain(n)
 
 
-def _dynamic_tree(cfg) -> dict:
-    """EAGLE-2's tree sizes from `cfg.dynamic_tree` (top_k, total_tokens); depth = N."""
+def _dynamic_sizes(cfg, depth: int | None = None) -> tuple[int, int, int]:
+    """(depth, top_k, total_tokens) of the bench's dynamic tree `cfg.dynamic_tree` (or at
+    `depth`). A depth whose candidates number fewer than total_tokens (the picker's sweep
+    over small depths) offers all of them."""
     d = cfg.dynamic_tree
-    return {"dynamic": {"top_k": int(d.top_k), "total_tokens": int(d.total_tokens)}}
+    depth = int(d.depth if depth is None else depth)
+    k = int(d.top_k)
+    return depth, k, min(int(d.total_tokens), k + (depth - 1) * k * k)
+
+
+def _dynamic_tree(cfg) -> dict:
+    """EAGLE-2's tree from `cfg.dynamic_tree` (top_k, total_tokens, score_temperature: None =
+    the decode's own law, sharpened at T=0)."""
+    _, k, total = _dynamic_sizes(cfg)
+    spec = {"top_k": k, "total_tokens": total}
+    if cfg.dynamic_tree.get("score_temperature") is not None:
+        spec["score_temperature"] = float(cfg.dynamic_tree.score_temperature)
+    return {"dynamic": spec}
 
 
 def _dynamic_nodes(cfg, n: int) -> int:
-    return int(cfg.dynamic_tree.total_tokens)
+    return _dynamic_sizes(cfg, n)[2]
 
 
 def _eagle_dynamic(method: str):
@@ -278,7 +292,7 @@ def _eagle_dynamic(method: str):
         return {
             "method": method,
             "model": drafts.head(method),
-            "num_speculative_tokens": int(cfg.num_speculative_tokens),
+            "num_speculative_tokens": _dynamic_sizes(cfg)[0],
             "draft_tree": _dynamic_tree(cfg),
             **_verification(cfg),
         }
@@ -299,7 +313,8 @@ def _eagle1(cfg, drafts):
     }
 
 
-# EAGLE-2: the EAGLE-1 drafter on the dynamic tree (`cfg.dynamic_tree`, depth N); EAGLE-3:
-# its drafter on the same tree.
-register_method("eagle2", needs_heads="eagle", nodes=_dynamic_nodes)(_eagle_dynamic("eagle"))
-register_method("eagle3", needs_heads="eagle3", nodes=_dynamic_nodes)(_eagle_dynamic("eagle3"))
+# EAGLE-2: the EAGLE-1 drafter on the dynamic tree (`cfg.dynamic_tree`, its own depth: the N
+# of these rows); EAGLE-3: its drafter on the same tree.
+for _name, _slot in (("eagle2", "eagle"), ("eagle3", "eagle3")):
+    register_method(_name, needs_heads=_slot, depth_key="dynamic_tree.depth",
+                    nodes=_dynamic_nodes)(_eagle_dynamic(_slot))  # fmt: skip

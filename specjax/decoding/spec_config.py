@@ -83,15 +83,22 @@ def _dynamic(spec, k: int) -> trees.DynamicTree:
             f"speculative_config['draft_tree']['dynamic']={spec!r} must be a dict with top_k "
             "and total_tokens"
         )
-    unknown = set(spec) - {"top_k", "total_tokens"}
+    unknown = set(spec) - {"top_k", "total_tokens", "score_temperature"}
     if unknown:
         raise ValueError(
             f"speculative_config['draft_tree']['dynamic'] has unknown keys {sorted(unknown)}; "
-            "allowed: top_k, total_tokens (the depth is num_speculative_tokens)"
+            "allowed: top_k, total_tokens, score_temperature (the depth is "
+            "num_speculative_tokens)"
         )
     top_k = _int("draft_tree.dynamic.top_k", spec.get("top_k", 4), 1)
     total = _int("draft_tree.dynamic.total_tokens", spec.get("total_tokens", 16), 1)
-    return trees.DynamicTree(top_k, k, total)
+    score_t = spec.get("score_temperature")
+    if score_t is not None:
+        score_t = check_real(
+            "speculative_config['draft_tree.dynamic.score_temperature']", score_t, 0.0,
+            lo_open=True, note="None = the decode's own law, sharpened at T=0",
+        )  # fmt: skip
+    return trees.DynamicTree(top_k, k, total, score_t)
 
 
 def _tree(raw: dict, k: int) -> trees.Tree | trees.DynamicTree:

@@ -51,7 +51,7 @@ def bench(pair, heads, tmp_path_factory):
     target, draft = pair
     cfg = tiny_config(mt.registered_methods())
     cfg.medusa_tree = "small_2x3"  # depth 2 = N
-    cfg.dynamic_tree.update(top_k=2, total_tokens=4)
+    cfg.dynamic_tree.update(depth=2, top_k=2, total_tokens=4)
     eagle = {m: sj.EagleHead.for_target(target, method=m) for m in ("eagle", "eagle3")}
     results = run_bench(cfg, workdir, target=target, draft=draft,
                         heads={"medusa": heads, **eagle})  # fmt: skip

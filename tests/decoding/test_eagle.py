@@ -227,6 +227,27 @@ def test_keep_best_is_closed_under_ancestors_on_ties():
     assert np.asarray(valid).tolist() == [[True, False]]
 
 
+def test_dynamic_tree_scoring_law():
+    """T=0: the drafter's law sharpened by GREEDY_SCORE_TEMPERATURE; T>0: the decode's processed
+    law (top-k outside -inf); an explicit score_temperature at any T."""
+    logits = jax.random.normal(jax.random.key(0), (2, 3, 11)) * 3
+    tree = trees.DynamicTree(3, 4, 8)
+    greedy, t07 = sj.SamplingParams(), sj.SamplingParams(temperature=0.7, top_k=4)
+    t = trees.GREEDY_SCORE_TEMPERATURE
+    np.testing.assert_allclose(tree.score_logprobs(logits, greedy),
+                               jax.nn.log_softmax(logits / t), rtol=1e-6)  # fmt: skip
+    got = np.asarray(tree.score_logprobs(logits, t07))
+    assert (np.isfinite(got).sum(-1) == 4).all()  # top-k 4 keeps 4 tokens per law
+    np.testing.assert_allclose(np.exp(got).sum(-1), 1.0, rtol=1e-5)
+    top = np.argsort(-np.asarray(logits), -1)[..., :4]
+    want = np.asarray(jax.nn.log_softmax(np.take_along_axis(np.asarray(logits), top, -1) / 0.7))
+    np.testing.assert_allclose(np.take_along_axis(got, top, -1), want, rtol=1e-5)
+    fixed = trees.DynamicTree(3, 4, 8, score_temperature=2.0)
+    for sampling in (greedy, t07):
+        np.testing.assert_allclose(fixed.score_logprobs(logits, sampling),
+                                   jax.nn.log_softmax(logits / 2.0), rtol=1e-6)  # fmt: skip
+
+
 def test_ancestor_mask_and_paths_from_data_match_the_static_tree():
     tree = trees.get_tree("mc_sim_7b_63")
     topo = trees.Topology.of(tree, 2)
@@ -309,6 +330,9 @@ def test_refusals(target, heads, tiny_config):
              r"total_tokens=2 is smaller than the depth 3")  # fmt: skip
     _refused(target, _cfg("eagle", e1, 3, {"dynamic": {"top_k": 2, "size": 4}}),
              r"unknown keys \['size'\]")  # fmt: skip
+    for bad in (0, -1.0, float("nan"), "hot"):
+        _refused(target, _cfg("eagle", e1, 3, {"dynamic": {"top_k": 2, "score_temperature": bad}}),
+                 r"score_temperature")  # fmt: skip
     _refused(target, _cfg("eagle", e1, 2, "eagle1_25"),
              r"has depth 5, deeper than num_speculative_tokens=2")  # fmt: skip
     deep = sj.EagleHead(sj.EagleConfig("eagle3", e3.config.layer, tap_layers=(0, 1, 5)))

@@ -16,7 +16,8 @@ entry L-1: the hidden whose logits rank the root's children.
   samples from its processed law (probabilistic). The dynamic tree (EAGLE-2, Li et al. 2024b;
   `draft_tree={"dynamic": {"top_k": k, "total_tokens": n}}`): the root's top-k children, then
   per depth one batched drafter call over the k frontier nodes, each giving its top-k children
-  scored by cumulative log-probability, the best k of the k^2 becoming the next frontier; at
+  scored by cumulative log-probability (`DynamicTree.score_logprobs`: the decode's own law,
+  sharpened at T=0), the best k of the k^2 becoming the next frontier; at
   the end the best `total_tokens` candidates over all depths, ordered by (score, depth, index)
   (a child never outscores its parent and ties go to the shallower node, so the kept set is
   closed under ancestors), handed to the verifier with their parents as data.
@@ -169,7 +170,7 @@ class EagleProposer:
         B = step.root.shape[0]
         L = step.lengths  # [B]
         W = self.scratch  # scratch slots L .. L + W - 1: frontier entries, k per depth
-        logp = jax.nn.log_softmax(head.logits(target, ps.hidden))  # [B, V] the root's children
+        logp = self.tree.score_logprobs(head.logits(target, ps.hidden), ctx.sampling)  # [B, V]
         top_lp, top_tok = jax.lax.top_k(logp, k)  # [B, k]
         cand_tok, cand_score = [top_tok], [top_lp]  # per depth, [B, k] then [B, k*k]
         cand_parent = [jnp.full((B, k), -1, jnp.int32)]  # candidate index of each parent
@@ -190,7 +191,7 @@ class EagleProposer:
             h, logits, cache = head(
                 target, f_tok, f_hidden, pos, cache, mask, offset=L + (d - 1) * k
             )
-            lp = jax.nn.log_softmax(logits)  # [B, k, V]
+            lp = self.tree.score_logprobs(logits, ctx.sampling)  # [B, k, V]
             c_lp, c_tok = jax.lax.top_k(lp, k)  # [B, k, k]
             c_score = (f_score[:, :, None] + c_lp).reshape(B, k * k)  # [B, k*k]
             c_tok = c_tok.reshape(B, k * k)
