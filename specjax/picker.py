@@ -48,9 +48,9 @@ import ml_collections
 from flax import nnx
 
 from specjax.bench import (
-    dynamic_tree_config,
     DEFAULT_EAGLE_TREE,
     DEFAULT_MEDUSA_TREE,
+    dynamic_tree_config,
     timing,
 )
 from specjax.bench import methods as mt
