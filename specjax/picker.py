@@ -51,6 +51,7 @@ from specjax.bench import (
     DEFAULT_EAGLE_TREE,
     DEFAULT_MEDUSA_TREE,
     dynamic_tree_config,
+    lookahead_config,
     timing,
 )
 from specjax.bench import methods as mt
@@ -96,6 +97,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.medusa_tree = DEFAULT_MEDUSA_TREE
     cfg.eagle_tree = DEFAULT_EAGLE_TREE
     cfg.dynamic_tree = dynamic_tree_config()
+    cfg.lookahead = lookahead_config()
     cfg.n_max = 8
     cfg.max_draft_nodes = 64  # trees: depths whose node count exceeds this are not considered
     cfg.temperature = 0.0

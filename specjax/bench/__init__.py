@@ -28,6 +28,18 @@ DEFAULT_EAGLE_TREE = "eagle1_25"
 DEFAULT_DYNAMIC_TREE = {"depth": 5, "top_k": 4, "total_tokens": 16}
 
 
+def lookahead_config() -> ml_collections.ConfigDict:
+    """Lookahead's bench knobs, this machine's defaults (`spec_config.lookahead_defaults`):
+    window W, candidate_length = ngram_size - 1 (the N of its rows), max_candidates G,
+    seed_pool_from_prompt."""
+    from specjax.decoding.spec_config import lookahead_defaults
+
+    W, N, G = lookahead_defaults()
+    return ml_collections.ConfigDict(
+        dict(window=W, candidate_length=N - 1, max_candidates=G, seed_pool_from_prompt=True)
+    )
+
+
 def dynamic_tree_config() -> ml_collections.ConfigDict:
     """`DEFAULT_DYNAMIC_TREE` plus score_temperature (a float placeholder: None = the decode's
     own law, sharpened at T=0; see `trees.DynamicTree`)."""
@@ -47,7 +59,8 @@ def default_config() -> ml_collections.ConfigDict:
       draft_tree, prompt_lookup_min/max, medusa_tree: a named tree cut to
       num_speculative_tokens heads, "" = a chain; eagle_tree: EAGLE-1's static tree, cut
       likewise; dynamic_tree: EAGLE-2/3's depth, top_k, total_tokens and
-      score_temperature), the grid (batch_sizes x temperatures), the
+      score_temperature; lookahead: window, candidate_length, max_candidates,
+      seed_pool_from_prompt), the grid (batch_sizes x temperatures), the
       workload (max_new_tokens, prompt_tokens, num_prompts per category), repeats (timed
       repeats per cell, each interleaved with the autoregressive baseline), tau_vs_n (the
       draft-depth sweep of draft_model at batch 1, at tau_vs_n_temperature, default 0), data (where held-out prompts
@@ -65,6 +78,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.medusa_tree = DEFAULT_MEDUSA_TREE
     cfg.eagle_tree = DEFAULT_EAGLE_TREE
     cfg.dynamic_tree = dynamic_tree_config()
+    cfg.lookahead = lookahead_config()
     cfg.batch_sizes = (1, 8)
     cfg.temperatures = (0.0, 1.0)
     cfg.max_new_tokens = 64

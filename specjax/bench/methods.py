@@ -225,6 +225,25 @@ def _ngram(cfg, drafts):
     }
 
 
+def _lookahead_nodes(cfg, n: int) -> int:
+    return int(cfg.lookahead.max_candidates) * n
+
+
+@register_method("lookahead", depth_key="lookahead.candidate_length", nodes=_lookahead_nodes)
+def _lookahead(cfg, drafts):
+    """Lookahead decoding: `cfg.lookahead` (window, candidate_length = ngram_size - 1, the N
+    of its rows, max_candidates, seed_pool_from_prompt); no draft model, no training."""
+    la = cfg.lookahead
+    return {
+        "method": "lookahead",
+        "lookahead_window": int(la.window),
+        "ngram_size": int(la.candidate_length) + 1,
+        "max_candidates": int(la.max_candidates),
+        "seed_pool_from_prompt": bool(la.seed_pool_from_prompt),
+        **_verification(cfg),
+    }
+
+
 def medusa_tree(cfg, n: int) -> trees.Tree:
     """Medusa's tree with n heads: `cfg.medusa_tree` cut to depth n (a chain when unset)."""
     name = cfg.get("medusa_tree", "")

@@ -7,10 +7,15 @@
      "prompt_lookup_max": 3}
     {"method": "medusa", "model": heads, "num_speculative_tokens": 4,
      "draft_tree": "mc_sim_7b_63"}
+    {"method": "eagle3", "model": drafter, "num_speculative_tokens": 5,
+     "draft_tree": {"dynamic": {"top_k": 4, "total_tokens": 16}}}
+    {"method": "lookahead", "lookahead_window": 4, "ngram_size": 4, "max_candidates": 4}
 
 Keys shared with vLLM's `--speculative-config`: method, model, num_speculative_tokens,
 prompt_lookup_min, prompt_lookup_max. specjax's own: verification, allow_lossy, draft_tree,
-typical_epsilon, typical_delta.
+typical_epsilon, typical_delta, and lookahead's lookahead_window, ngram_size,
+max_candidates, seed_pool_from_prompt, lookahead_advance (vLLM has no lookahead; its
+candidate length is ngram_size - 1, so num_speculative_tokens is not needed).
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ from specjax.decoding import trees
 from specjax.validate import check_int, check_real
 
 METHODS = ("draft_model", "ngram", "medusa", "eagle", "eagle3", "lookahead")
-IMPLEMENTED = ("draft_model", "ngram", "medusa", "eagle", "eagle3")
 EAGLE_METHODS = ("eagle", "eagle3")
 # Methods whose `model` is required; those that can sample their drafts (and so be verified
 # `probabilistic`ly); and those whose drafts are sampled by default at T > 0 ("auto"; EAGLE
@@ -34,6 +38,17 @@ TREE_METHODS = ("draft_model", "medusa", *EAGLE_METHODS)
 DYNAMIC_TREE_METHODS = EAGLE_METHODS
 VERIFICATIONS = ("auto", "greedy", "probabilistic", "one_hot", "strict", "typical")
 MAX_SPECULATIVE_TOKENS = 16  # longest chain / deepest tree; also the cache head-room per step
+LOOKAHEAD_KEYS = (
+    "lookahead_window",
+    "ngram_size",
+    "max_candidates",
+    "seed_pool_from_prompt",
+    "lookahead_advance",
+)
+LOOKAHEAD_ADVANCES = ("level", "accepted")
+# Lookahead's (W, N, G): the reference's README setting on an accelerator; on a CPU, where
+# every extra verified node costs, the smaller setting chosen by measurement (LOG.md).
+LOOKAHEAD_DEFAULTS = {"gpu": (7, 5, 7), "tpu": (7, 5, 7), "cpu": (4, 4, 4)}
 KEYS = (
     "method",
     "model",
@@ -45,6 +60,7 @@ KEYS = (
     "draft_tree",
     "typical_epsilon",
     "typical_delta",
+    *LOOKAHEAD_KEYS,
 )
 
 
@@ -61,6 +77,11 @@ class SpecConfig:
     allow_lossy: bool = False
     typical_epsilon: float = 0.09
     typical_delta: float = 0.3
+    lookahead_window: int = 0  # lookahead only: W, N, G, pool seeding
+    ngram_size: int = 0
+    max_candidates: int = 0
+    seed_pool_from_prompt: bool = True
+    lookahead_advance: str = "level"
 
     @property
     def is_chain(self) -> bool:
@@ -70,7 +91,7 @@ class SpecConfig:
     @property
     def is_dynamic(self) -> bool:
         """The tree is built by the proposer every step (its topology is data)."""
-        return isinstance(self.tree, trees.DynamicTree)
+        return isinstance(self.tree, trees.DynamicTree | trees.NgramTrie)
 
 
 def _int(key: str, value, lo: int, hi: int | None = None) -> int:
@@ -150,17 +171,30 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
     method = raw.get("method")
     if method not in METHODS:
         raise ValueError(f"speculative_config['method']={method!r} is invalid; allowed: {METHODS}")
-    if method not in IMPLEMENTED:
-        raise NotImplementedError(
-            f"speculative_config['method']={method!r} is not implemented yet; "
-            f"available: {IMPLEMENTED}"
-        )
-    if "num_speculative_tokens" not in raw:
+    lookahead = {}
+    if method == "lookahead":
+        lookahead = _lookahead(raw)
+    else:
+        given = [key for key in LOOKAHEAD_KEYS if key in raw]
+        if given:
+            raise ValueError(
+                f"speculative_config keys {given} are lookahead's; method={method!r} takes none"
+            )
+    if method == "lookahead":
+        k = lookahead["ngram_size"] - 1
+        if "num_speculative_tokens" in raw and raw["num_speculative_tokens"] != k:
+            raise ValueError(
+                f"speculative_config['num_speculative_tokens']={raw['num_speculative_tokens']!r} "
+                f"does not match lookahead's candidate length ngram_size - 1 = {k}; leave it "
+                "unset"
+            )
+    elif "num_speculative_tokens" not in raw:
         raise ValueError(
             "speculative_config['num_speculative_tokens'] is required "
             f"(1..{MAX_SPECULATIVE_TOKENS})"
         )
-    k = _int("num_speculative_tokens", raw["num_speculative_tokens"], 1, MAX_SPECULATIVE_TOKENS)
+    else:
+        k = _int("num_speculative_tokens", raw["num_speculative_tokens"], 1, MAX_SPECULATIVE_TOKENS)
     if method in NEEDS_MODEL and raw.get("model") is None:
         what = "a specjax Model" if method == "draft_model" else "draft heads (sj.load_draft)"
         raise ValueError(
@@ -180,7 +214,10 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
             f"speculative_config['draft_tree'] is only supported for methods {TREE_METHODS}, "
             f"not {method!r}"
         )
-    tree = _tree(raw, k)
+    if method == "lookahead":
+        tree = trees.NgramTrie(lookahead["max_candidates"], k)
+    else:
+        tree = _tree(raw, k)
     if isinstance(tree, trees.DynamicTree) and method not in DYNAMIC_TREE_METHODS:
         raise ValueError(
             f"speculative_config['draft_tree']={{'dynamic': ...}} (EAGLE-2's dynamic tree) is "
@@ -200,7 +237,7 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
         raise ValueError(
             f"speculative_config['verification']={mode!r} is invalid; allowed: {VERIFICATIONS}"
         )
-    dynamic = isinstance(tree, trees.DynamicTree)
+    dynamic = isinstance(tree, trees.DynamicTree | trees.NgramTrie)
     deterministic = method not in SAMPLED_DRAFTS or dynamic
     if mode == "auto":
         chain = tree.num_drafts == tree.max_depth
@@ -212,15 +249,20 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
             f"{temperature}: greedy acceptance at T>0 would change the output law"
         )
     if mode == "probabilistic" and deterministic:
-        what = "a dynamic tree (each node's top-k)" if dynamic else f"method={method!r}"
+        what = (
+            f"method={method!r}"
+            if method not in SAMPLED_DRAFTS
+            else "a dynamic tree (each node's top-k)"
+        )
         raise ValueError(
             f"speculative_config['verification']='probabilistic' needs sampled drafts; "
             f"{what} drafts deterministically: use 'one_hot' or 'strict'"
         )
     if mode == "typical" and dynamic:
+        where = "method='lookahead'" if method == "lookahead" else "draft_tree={'dynamic': ...}"
         raise ValueError(
             "speculative_config['verification']='typical' (Medusa's rule) needs a static tree; "
-            "it is not available with draft_tree={'dynamic': ...}"
+            f"it is not available with {where}"
         )
     if mode == "typical" and not allow_lossy:
         raise ValueError(
@@ -241,4 +283,49 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
         allow_lossy=allow_lossy,
         typical_epsilon=float(eps),
         typical_delta=float(delta),
+        **lookahead,
     )
+
+
+def lookahead_defaults() -> tuple[int, int, int]:
+    """(W, N, G) for this machine's default backend (`LOOKAHEAD_DEFAULTS`)."""
+    import jax
+
+    return LOOKAHEAD_DEFAULTS.get(jax.default_backend(), LOOKAHEAD_DEFAULTS["gpu"])
+
+
+def _lookahead(raw: dict) -> dict:
+    """Lookahead's keys validated: window W >= 1, ngram_size N >= 2, max_candidates G >= 1."""
+    W, N, G = lookahead_defaults()
+    W = _int("lookahead_window", raw.get("lookahead_window", W), 1)
+    N = _int("ngram_size", raw.get("ngram_size", N), 2, MAX_SPECULATIVE_TOKENS + 1)
+    G = _int("max_candidates", raw.get("max_candidates", G), 1)
+    seed = raw.get("seed_pool_from_prompt", True)
+    if not isinstance(seed, bool):
+        raise ValueError(
+            f"speculative_config['seed_pool_from_prompt']={seed!r} must be True or False"
+        )
+    advance = raw.get("lookahead_advance", "level")
+    if advance not in LOOKAHEAD_ADVANCES:
+        raise ValueError(
+            f"speculative_config['lookahead_advance']={advance!r} is invalid; allowed: "
+            f"{LOOKAHEAD_ADVANCES} (level: one window level per step, as the reference; "
+            "accepted: also shift the columns by the tokens accepted)"
+        )
+    if raw.get("model") is not None:
+        raise ValueError("speculative_config['model'] must be unset for method='lookahead'")
+    if raw.get("draft_tree") is not None:
+        raise ValueError(
+            "speculative_config['draft_tree'] is not used by method='lookahead' (its candidate "
+            "trie is built from the n-gram pool: max_candidates x (ngram_size - 1))"
+        )
+    trie = trees.NgramTrie(G, N - 1)  # the candidates' size limit, by name
+    block = trie.num_nodes + (N - 1) * W
+    if block > trees.MAX_TREE_NODES:
+        raise ValueError(
+            f"lookahead's verify forward would hold {block} nodes (root, max_candidates={G} x "
+            f"(ngram_size - 1)={N - 1} candidate nodes and a window of (ngram_size - 1) x "
+            f"lookahead_window={W} cells); at most MAX_TREE_NODES={trees.MAX_TREE_NODES}"
+        )
+    return dict(lookahead_window=W, ngram_size=N, max_candidates=G, seed_pool_from_prompt=seed,
+                lookahead_advance=advance)  # fmt: skip

@@ -41,8 +41,8 @@ class SpecPlan:
 
     @property
     def block_nodes(self) -> int:
-        """Nodes one verify forward writes into the caches (root + P drafts)."""
-        return self.config.tree.num_nodes
+        """Nodes one verify forward writes into the caches (root + P drafts + E extra)."""
+        return self.config.tree.num_nodes + self.proposer.extra_nodes
 
     @property
     def lossy(self) -> bool:
@@ -80,10 +80,15 @@ def speculative_step(static: Static, params, state: DecodeState) -> DecodeState:
     valid = draft.valid & (depth <= (room - 1)[:, None])  # [B, P+1]
 
     tokens = draft.tokens.at[:, 0].set(state.last)  # [B, P+1]
-    positions = jnp.minimum(L[:, None] + depth, static.max_positions - 1)  # [B, P+1]
     block_mask = ancestor_mask_of(topo.parents, tree.max_depth)  # [B, P+1, P+1]
+    offsets = depth
+    if draft.extra is not None:  # E non-draft nodes after the block (drafts never see them)
+        tokens, offsets, block_mask = _with_extra(tokens, depth, block_mask, draft.extra)
+    positions = jnp.minimum(L[:, None] + offsets, static.max_positions - 1)  # [B, P+1(+E)]
     out = target(tokens, positions, state.cache, block_mask, tap_layers=proposer.tap_layers)
-    p = sp.processed_probs(out.logits, static.sampling)  # [B, P+1, V] float32
+    n_block = depth.shape[1]  # P+1: the verifier's nodes
+    tokens = tokens[:, :n_block]
+    p = sp.processed_probs(out.logits[:, :n_block], static.sampling)  # [B, P+1, V] float32
     result = verify(
         p,
         tokens,
@@ -93,7 +98,7 @@ def speculative_step(static: Static, params, state: DecodeState) -> DecodeState:
         topology=topo,
         draft_probs=draft.probs,
         node_valid=valid,
-        target_logits=_typical_logits(out.logits, static.sampling, cfg.verification),
+        target_logits=_typical_logits(out.logits[:, :n_block], static.sampling, cfg.verification),
         typical_eps=cfg.typical_epsilon,
         typical_delta=cfg.typical_delta,
     )
@@ -127,6 +132,19 @@ def speculative_step(static: Static, params, state: DecodeState) -> DecodeState:
         reached=state.reached + reached.astype(jnp.int32),
     )
     return emit(state, result.tokens, result.num_accepted + 1)
+
+
+def _with_extra(tokens, depth, block_mask, extra):
+    """The forward's tokens, position offsets and mask with the extra nodes appended."""
+    B, n = tokens.shape
+    E = extra.tokens.shape[1]
+    top = jnp.concatenate([block_mask, jnp.zeros((B, n, E), bool)], axis=2)  # [B, P+1, P+1+E]
+    mask = jnp.concatenate([top, extra.mask], axis=1)  # [B, P+1+E, P+1+E]
+    return (
+        jnp.concatenate([tokens, extra.tokens.astype(tokens.dtype)], axis=1),
+        jnp.concatenate([depth, extra.depth.astype(depth.dtype)], axis=1),
+        mask,
+    )
 
 
 def _typical_logits(logits, sampling, mode):

@@ -52,6 +52,7 @@ def bench(pair, heads, tmp_path_factory):
     cfg = tiny_config(mt.registered_methods())
     cfg.medusa_tree = "small_2x3"  # depth 2 = N
     cfg.dynamic_tree.update(depth=2, top_k=2, total_tokens=4)
+    cfg.lookahead.update(window=2, candidate_length=N, max_candidates=2)
     eagle = {m: sj.EagleHead.for_target(target, method=m) for m in ("eagle", "eagle3")}
     results = run_bench(cfg, workdir, target=target, draft=draft,
                         heads={"medusa": heads, **eagle})  # fmt: skip
@@ -65,8 +66,8 @@ def test_results_json_has_every_method_and_category(bench):
     assert on_disk["machine"]["cpu_count"] >= 1 and on_disk["config"]["repeats"] == 1
     runs = on_disk["runs"]
     assert {r["method"] for r in runs} == {
-        "autoregressive", "draft_model", "draft_tree", "ngram", "medusa", "medusa_chain",
-        "eagle1", "eagle2", "eagle3",
+        "autoregressive", "draft_model", "draft_tree", "ngram", "lookahead", "medusa",
+        "medusa_chain", "eagle1", "eagle2", "eagle3",
     }  # fmt: skip
     for method in mt.registered_methods():
         cats = sorted(r["category"] for r in runs if r["method"] == method)
@@ -91,7 +92,8 @@ def test_results_json_has_every_method_and_category(bench):
 def test_acceptance_statistics_are_consistent(bench):
     _, results = bench
     depth = {"autoregressive": 0, "draft_model": N, "draft_tree": N, "ngram": N, "medusa": N,
-             "medusa_chain": N, "eagle1": N, "eagle2": N, "eagle3": N}  # fmt: skip
+             "medusa_chain": N, "eagle1": N, "eagle2": N, "eagle3": N,
+             "lookahead": N}  # fmt: skip
     for r in results["runs"]:
         u, c = r["acceptance_by_position"], r["conditional_acceptance_by_position"]
         assert len(u) == len(c) == depth[r["method"]]

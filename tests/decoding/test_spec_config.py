@@ -49,16 +49,6 @@ def test_bad_method_or_unknown_key(target, cfg, match):
     _refused(target, cfg, ValueError, match)
 
 
-@pytest.mark.parametrize("method", ["lookahead"])
-def test_not_yet_implemented_method(target, method):
-    _refused(
-        target,
-        {"method": method, "num_speculative_tokens": 2},
-        NotImplementedError,
-        f"'{method}' is not implemented",
-    )
-
-
 # ------------------------------------------------------------------ num_speculative_tokens
 
 

@@ -194,6 +194,9 @@ def _cfg(method: str, mode: str, draft, heads=None, eagle=None) -> dict:
         return cfg
     if method == "ngram":
         return {"method": "ngram", "num_speculative_tokens": 2, "verification": mode}
+    if method == "lookahead":  # candidates from the prompt-seeded pool and the Jacobi window
+        return {"method": "lookahead", "lookahead_window": 3, "ngram_size": 3,
+                "max_candidates": 3, "verification": mode}  # fmt: skip
     if method.startswith("medusa"):
         cfg = {"method": "medusa", "model": heads, "num_speculative_tokens": 2,
                "verification": mode}  # fmt: skip
@@ -211,7 +214,7 @@ def _cfg(method: str, mode: str, draft, heads=None, eagle=None) -> dict:
     return cfg
 
 
-# Every rule, every proposer family and both sampling settings, in six compiled programs
+# Every rule, every proposer family and both sampling settings, in seven compiled programs
 # (~20-30 s of CPU each). `pytest -m slow` runs the rest of the (method, mode, sampling) matrix.
 CASES = [
     ("chain", "probabilistic", TOP_P),
@@ -220,6 +223,7 @@ CASES = [
     ("ngram", "one_hot", TOP_K),
     ("medusa_tree", "one_hot", TOP_P),  # each head's top-k: zero and renormalise
     ("eagle3_dynamic", "one_hot", TOP_K),  # EAGLE-2's tree: per-row topology as data
+    ("lookahead", "one_hot", TOP_P),  # a per-step trie plus window cells in one forward
 ]
 SLOW_CASES = [
     ("tree", "probabilistic", TOP_K),  # i.i.d. siblings: the SpecInfer residual chain
@@ -240,6 +244,8 @@ SLOW_CASES = [
     ("medusa_tree", "probabilistic", TOP_P),  # i.i.d. siblings from one head's law
     ("eagle3_chain", "probabilistic", TOP_K),
     ("eagle_dynamic", "strict", TOP_P),
+    ("lookahead", "one_hot", TOP_K),
+    ("lookahead", "strict", TOP_P),
 ]
 
 

@@ -26,6 +26,7 @@ VARIANTS = {
     "configs/ablations/draft_size.py": [None, "tiny"],
     "configs/ablations/eagle_tree_budget.py": [None, "tiny"],
     "configs/ablations/eagle_ttt.py": [None, "tiny"],
+    "configs/ablations/lookahead_grid.py": [None, "tiny"],
 }
 ABLATIONS = [f for f in VARIANTS if "/ablations/" in f]
 HELPERS = {"__init__.py", "common.py"}

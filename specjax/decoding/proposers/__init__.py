@@ -3,6 +3,7 @@
 from specjax.decoding.proposers.base import Context, Draft, Proposer, StepInput
 from specjax.decoding.proposers.draft_model import DraftModelProposer
 from specjax.decoding.proposers.eagle import EagleProposer
+from specjax.decoding.proposers.lookahead import LookaheadProposer
 from specjax.decoding.proposers.medusa import MedusaProposer
 from specjax.decoding.proposers.ngram import NgramProposer
 
@@ -12,6 +13,7 @@ PROPOSERS = {
     "medusa": MedusaProposer,
     "eagle": EagleProposer,
     "eagle3": EagleProposer,
+    "lookahead": LookaheadProposer,
 }
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "Draft",
     "DraftModelProposer",
     "EagleProposer",
+    "LookaheadProposer",
     "MedusaProposer",
     "NgramProposer",
     "Proposer",

@@ -19,6 +19,8 @@ Block layout of `Draft` (see `specjax/decoding/trees.py`): node 0 is the root (t
 token, filled in by the engine), nodes 1..P the drafts in topological order. A proposer whose
 tree changes per step or per row (EAGLE-2's dynamic tree) returns its topology as data in
 `Draft.topology`; the others leave it None and the plan's static tree is used, as data too.
+A proposer may also add E non-draft nodes to the same forward (`Draft.extra`, lookahead's
+window): the verifier sees only the P+1 block nodes, `commit` gets the extras' outputs.
 """
 
 from __future__ import annotations
@@ -34,6 +36,20 @@ from specjax.sampling import SamplingParams
 
 
 @struct.dataclass
+class ExtraNodes:
+    """E nodes a proposer adds to the verify forward that are not drafts (lookahead's window).
+
+    They sit after the P+1 block nodes; their logits and features come back to the proposer's
+    `commit` (`verified` rows P+1 .. P+E), they are never verified nor committed. The draft
+    nodes never see them.
+    """
+
+    tokens: jax.Array  # [B, E] int32
+    depth: jax.Array  # [B, E] int32 position offset from the root (position = length + depth)
+    mask: jax.Array  # [B, E, P+1+E] bool: what each extra node attends to in the block
+
+
+@struct.dataclass
 class Draft:
     """One static-shape draft block (node 0 is the root: the pending token)."""
 
@@ -43,6 +59,7 @@ class Draft:
     # [B, P+1] parents and depth of this step's tree, per row (trees.Topology); None = the
     # plan's static tree (the engine fills it in as constant data: one code path).
     topology: Topology | None = None
+    extra: ExtraNodes | None = None  # non-draft nodes of the same forward (`extra_nodes` E)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,10 +88,13 @@ class Proposer(Protocol):
     Attributes:
       tap_layers: target layers whose incoming residual stream the proposer reads (static).
       max_positions: the proposer's own position limit (a draft model's), None if it has none.
+      extra_nodes: E, the non-draft nodes its drafts add to the verify forward (`ExtraNodes`;
+        0 for every method but lookahead).
     """
 
     tap_layers: tuple[int, ...]
     max_positions: int | None
+    extra_nodes: int
 
     @classmethod
     def build(cls, cfg, target, draft) -> tuple[Proposer, Any]:

@@ -113,6 +113,7 @@ class DraftModelProposer:
     mode: str  # verification mode: decides top-k children vs sampled children
     max_positions: int
     tap_layers: tuple[int, ...] = ()
+    extra_nodes = 0  # no non-draft nodes in the verify forward
 
     @classmethod
     def build(cls, cfg, target, draft):

@@ -81,6 +81,7 @@ class EagleProposer:
     mode: str  # verification mode: top-k children vs sampled children
     tap_layers: tuple[int, ...] = ()
     max_positions: int | None = None
+    extra_nodes = 0  # no non-draft nodes in the verify forward
 
     @classmethod
     def build(cls, cfg, target, head):

@@ -65,6 +65,7 @@ class MedusaProposer:
     sampled: bool = False  # probabilistic verification: nodes sampled from their head's law
     max_positions: int | None = None
     tap_layers: tuple[int, ...] = ()
+    extra_nodes = 0  # no non-draft nodes in the verify forward
 
     @classmethod
     def build(cls, cfg, target, heads):

@@ -30,6 +30,7 @@ class NgramProposer:
     n_max: int
     max_positions: int | None = None  # no positional limit of its own
     tap_layers: tuple[int, ...] = ()
+    extra_nodes = 0  # no non-draft nodes in the verify forward
 
     @classmethod
     def build(cls, cfg, target, draft):
