@@ -48,7 +48,7 @@ LOOKAHEAD_KEYS = (
 LOOKAHEAD_ADVANCES = ("level", "accepted")
 # Lookahead's (W, N, G): the reference's README setting on an accelerator; on a CPU, where
 # every extra verified node costs, the smaller setting chosen by measurement (LOG.md).
-LOOKAHEAD_DEFAULTS = {"gpu": (7, 5, 7), "tpu": (7, 5, 7), "cpu": (4, 4, 4)}
+LOOKAHEAD_DEFAULTS = {"gpu": (7, 5, 7), "tpu": (7, 5, 7), "cpu": (3, 4, 3)}
 KEYS = (
     "method",
     "model",
