@@ -28,13 +28,14 @@ min wall in all, pip included):
   3 Medusa-1 heads              2 min     1.8 min    self-distillation (256 + 16 rows, shared),
                                                      features stored once, 150 steps
   4 EAGLE-3 drafter             2 min     1.7 min    taps stored once, 120 steps, 3-step TTT
-  5 benchmark + decode timing   6.5 min   6.3 min    6 methods x batch {1, 8} x T {0, 1}, one
+  5 benchmark + decode timing   7 min     6.3 min    6 methods x batch {1, 8} x T {0, 1}, one
                                                      AR baseline per cell, 3 prompts a category
                                                      x 3 repeats; tau vs N at N = 1, 2, 4
-  (left for lookahead, next)    0.5 min
+                                                     (+ lookahead since: ~1 min, not yet timed)
   Results (BENCHMARKS.md "Quickstart"): T=0, batch 1: medusa tau 3.10, 1.51x; medusa_chain
-  2.70, 1.39x; ngram 2.17, 1.18x; eagle3 2.98, 0.77x; draft_model 1.97, 0.93x. At T=1 only
-  draft_model pays (2.44, 1.20x); at batch 8 nothing does (best ngram 0.94x).
+  2.70, 1.39x; ngram 2.17, 1.18x; eagle3 3.18, 0.79x (dynamic tree depth 5, 16 drafts);
+  draft_model 1.97, 0.93x. At T=1 only draft_model pays (2.44, 1.20x); at batch 8 nothing
+  does (best ngram 0.94x). On a day the VM ran 1.45x slower the whole run took 24.2 min.
   tiny     ~1.5 min wall. 2x64 target and 1x32 draft, 40 steps each on 100k characters a
            category, tiny heads, 16-token generations at T=0 and T=1: checks that every
            stage runs and that the numbers are sane (tau >= 1); its speedups are noise
