@@ -219,7 +219,10 @@ def test_one_compile_per_bucket(target, prompts):
         ({"verification": "probabilistic"}, r"method='lookahead' drafts deterministically"),
         ({"verification": "typical", "allow_lossy": True}, r"not available with method='look"),
         ({"max_candidates": 200, "ngram_size": 9}, r"candidate trie has 1601 nodes"),
-        ({"lookahead_window": 100, "ngram_size": 6}, r"forward would hold 521 nodes"),
+        (
+            {"lookahead_window": 100, "ngram_size": 6, "max_candidates": 4},
+            r"forward would hold 521 nodes",
+        ),
     ],
 )
 def test_bad_configs_refused_by_name(extra, match):
