@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from specjax.decoding.spec_config import lookahead_defaults
+
 # Medusa's default sparse tree in benchmarks and the quickstart (specjax.decoding.trees).
 DEFAULT_MEDUSA_TREE = "medusa_k4_8"  # chosen by measurement: BENCHMARKS.md "Medusa"
 # EAGLE-1's static tree (the reference's default, cut to num_speculative_tokens) and the
@@ -32,8 +34,6 @@ def lookahead_config() -> ml_collections.ConfigDict:
     """Lookahead's bench knobs, this machine's defaults (`spec_config.lookahead_defaults`):
     window W, candidate_length = ngram_size - 1 (the N of its rows), max_candidates G,
     seed_pool_from_prompt."""
-    from specjax.decoding.spec_config import lookahead_defaults
-
     W, N, G = lookahead_defaults()
     return ml_collections.ConfigDict(
         dict(window=W, candidate_length=N - 1, max_candidates=G, seed_pool_from_prompt=True)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
+
 from specjax.decoding import trees
 from specjax.validate import check_int, check_real
 
@@ -289,8 +291,6 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
 
 def lookahead_defaults() -> tuple[int, int, int]:
     """(W, N, G) for this machine's default backend (`LOOKAHEAD_DEFAULTS`)."""
-    import jax
-
     return LOOKAHEAD_DEFAULTS.get(jax.default_backend(), LOOKAHEAD_DEFAULTS["gpu"])
 
 
