@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from specjax import parallel
 from specjax.decoding import engine, spec_config
 from specjax.io.drafts import load_draft
 from specjax.io.hf import load_model
@@ -24,9 +25,10 @@ def _is_path(x) -> bool:
     return isinstance(x, (str, os.PathLike))
 
 
-def _resolve(model, speculative_config, sampling):
+def _resolve(model, speculative_config, sampling, mesh=None):
     """(target Model, speculative_config with its `model` loaded)."""
-    target = load_model(model) if _is_path(model) else as_model(model)
+    parallel.layout_of(mesh)  # a bad mesh is refused before anything is read
+    target = load_model(model, mesh=mesh) if _is_path(model) else as_model(model)
     if not isinstance(speculative_config, dict) or not _is_path(speculative_config.get("model")):
         return target, speculative_config
     # Validate every key before anything is read from disk.
@@ -34,7 +36,7 @@ def _resolve(model, speculative_config, sampling):
     cfg = spec_config.parse(speculative_config, temperature=temperature)
     path = speculative_config["model"]
     if cfg.method in _DRAFT_LM_METHODS:
-        loaded = load_model(path)
+        loaded = load_model(path, mesh=mesh)
     else:
         loaded = load_draft(path, target=target)
     return target, {**speculative_config, "model": loaded}
@@ -49,12 +51,21 @@ def generate(
     speculative_config=None,
     *,
     seeds=None,
+    mesh=None,
 ) -> engine.GenerateOutput:
     """`specjax.decoding.engine.generate`, also taking checkpoint paths for the target and for
-    `speculative_config["model"]`. See that function for every argument and the stats."""
-    target, speculative_config = _resolve(model, speculative_config, sampling)
+    `speculative_config["model"]` (loaded straight onto `mesh`'s shardings when one is given).
+    See that function for every argument and the stats."""
+    target, speculative_config = _resolve(model, speculative_config, sampling, mesh)
     return engine.generate(
-        target, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds=seeds
+        target,
+        prompts,
+        max_new_tokens,
+        sampling,
+        stop_token_ids,
+        speculative_config,
+        seeds=seeds,
+        mesh=mesh,
     )
 
 
@@ -67,11 +78,19 @@ def generate_stream(
     speculative_config=None,
     *,
     seeds=None,
+    mesh=None,
 ):
     """`specjax.decoding.engine.generate_stream`, also taking checkpoint paths."""
-    target, speculative_config = _resolve(model, speculative_config, sampling)
+    target, speculative_config = _resolve(model, speculative_config, sampling, mesh)
     return engine.generate_stream(
-        target, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds=seeds
+        target,
+        prompts,
+        max_new_tokens,
+        sampling,
+        stop_token_ids,
+        speculative_config,
+        seeds=seeds,
+        mesh=mesh,
     )
 
 

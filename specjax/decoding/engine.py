@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from specjax import parallel
 from specjax import sampling as sp
 from specjax.cache import KVCache, check_room
 from specjax.decoding import prompts as pr
@@ -79,6 +80,8 @@ def prefill(static: Static, params, prompt, prompt_len, max_new, stop_ids, keys)
             static.context, model, params[1], prompt, prompt_len, out, first
         )
         state = state.replace(proposer=pstate)
+    # Under a mesh: the caches, the draft buffers and every per-row array follow the batch.
+    state = parallel.constrain_batch(state, static.layout, B)
     return emit(state, first[:, None], jnp.ones((B,), jnp.int32))
 
 
@@ -134,17 +137,18 @@ class GenerateOutput:
 
 
 def _stats(state: DecodeState, rows: int, spec) -> dict:
-    steps = np.asarray(state.steps)[:rows]
-    drafted = np.asarray(state.drafted)[:rows]
-    accepted = np.asarray(state.accepted)[:rows]
-    hist = np.asarray(state.accept_hist)[:rows].sum(0)  # [M] steps that accepted exactly i drafts
+    host = parallel.to_host
+    steps = host(state.steps)[:rows]
+    drafted = host(state.drafted)[:rows]
+    accepted = host(state.accepted)[:rows]
+    hist = host(state.accept_hist)[:rows].sum(0)  # [M] steps that accepted exactly i drafts
     total_steps = int(steps.sum())
     stats = {
         "method": "autoregressive" if spec is None else spec.config.method,
         "lossy": spec is not None and spec.lossy,
-        "steps": int(np.asarray(state.step)) - 1,
+        "steps": int(host(state.step)) - 1,
         "row_steps": steps.tolist(),
-        "generated_tokens": np.asarray(state.num_out)[:rows].tolist(),
+        "generated_tokens": host(state.num_out)[:rows].tolist(),
         "draft_tokens": int(drafted.sum()),
         "accepted_tokens": int(accepted.sum()),
         "row_draft_tokens": drafted.tolist(),
@@ -159,8 +163,8 @@ def _stats(state: DecodeState, rows: int, spec) -> dict:
         # Per draft position i = 1..Dmax: steps that offered it (the token budget can mask the
         # deeper ones near the end), of those the steps that had accepted >= i - 1 drafts, and
         # the steps that accepted >= i.
-        stats["offered_by_position"] = np.asarray(state.offered)[:rows].sum(0)[1:].tolist()
-        stats["reached_by_position"] = np.asarray(state.reached)[:rows].sum(0)[1:].tolist()
+        stats["offered_by_position"] = host(state.offered)[:rows].sum(0)[1:].tolist()
+        stats["reached_by_position"] = host(state.reached)[:rows].sum(0)[1:].tolist()
         stats["accepted_by_position"] = hist[::-1].cumsum()[::-1][1:].tolist()
         stats.update(acceptance_rates(stats))
     return stats
@@ -187,7 +191,9 @@ def _bucket(n: int, minimum: int) -> int:
     return max(minimum, 1 << (max(n, 1) - 1).bit_length())
 
 
-def _prepare(model: Model, prompts, max_new_tokens, sampling, stop_token_ids, seeds, spec):
+def _prepare(
+    model: Model, prompts, max_new_tokens, sampling, stop_token_ids, seeds, spec, layout=None
+):
     config = model.config
     rows = pr.normalize_prompts(prompts, model.tokenizer, config.vocab_size)
     pr.check_max_new_tokens(max_new_tokens)
@@ -205,6 +211,8 @@ def _prepare(model: Model, prompts, max_new_tokens, sampling, stop_token_ids, se
     emit_max = 1 if spec is None else spec.max_emit
     stops = pr.resolve_stop_ids(stop_token_ids, model, MAX_STOP_IDS)
     B, Tp, O = _bucket(len(rows), 1), _bucket(longest, 16), _bucket(max_new_tokens, 16)
+    if layout is not None:
+        B = layout.batch_bucket(B)  # rows over the data axis; padding rows are inactive
     prompt = np.zeros((B, Tp), np.int32)
     prompt_len = np.zeros((B,), np.int32)
     for b, r in enumerate(rows):
@@ -227,20 +235,19 @@ def _prepare(model: Model, prompts, max_new_tokens, sampling, stop_token_ids, se
         out_len=O + emit_max,
         max_positions=config.max_position_embeddings,
         spec=spec,
+        layout=layout,
     )
-    args = (
-        jnp.asarray(prompt),
-        jnp.asarray(prompt_len),
-        jnp.asarray(max_new),
-        jnp.asarray(stops),
-        keys,
-    )
-    return rows, static, args
+    if layout is None:
+        args = (jnp.asarray(prompt), jnp.asarray(prompt_len), jnp.asarray(max_new))
+        return rows, static, (*args, jnp.asarray(stops), keys)
+    rowwise = parallel.shard_batch((prompt, prompt_len, max_new, keys), layout)
+    stops = parallel.place(stops, layout.replicated())
+    return rows, static, (*rowwise[:3], stops, rowwise[3])
 
 
 def _finish(model: Model, state: DecodeState, n_rows: int, spec) -> GenerateOutput:
-    out = np.asarray(state.out)
-    num = np.asarray(state.num_out)
+    out = parallel.to_host(state.out)
+    num = parallel.to_host(state.num_out)
     tokens = [out[b, : num[b]].tolist() for b in range(n_rows)]
     texts = None
     if model.tokenizer is not None:
@@ -257,6 +264,7 @@ def generate(
     speculative_config=None,
     *,
     seeds=None,
+    mesh=None,
 ) -> GenerateOutput:
     """Generate up to `max_new_tokens` per prompt, optionally with speculative decoding.
 
@@ -270,6 +278,11 @@ def generate(
         (see `specjax.decoding.spec_config`); its `model` is a loaded Model, Decoder or heads
         (`specjax.generate` also takes a checkpoint path there).
       seeds: optional per-row seeds (overrides sampling.seed row by row).
+      mesh: optional `jax.sharding.Mesh` with axes ("data", "model")
+        (`specjax.parallel.make_mesh`): the parameters are placed by the logical-axis rules of
+        `specjax.parallel` (tensor parallelism over `model`), rows over `data` (the batch
+        bucket padded to a multiple of it), and the same one-jit loop runs sharded. None: one
+        device. Tokens and stats are gathered to the host before they are read.
     Returns:
       GenerateOutput(tokens, texts, stats). stats: method, steps, row_steps, generated_tokens,
       draft_tokens / accepted_tokens (and per row), mean_accepted_length (tau: tokens per
@@ -280,23 +293,32 @@ def generate(
       and `lossy` (True only for a lossy verification rule such as Medusa's typical).
     """
     model, rows, static, params, args = _setup(
-        model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds
+        model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds, mesh
     )
     state = _generate_jit(static, params, *args)
     return _finish(model, state, len(rows), static.spec)
 
 
-def _setup(model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds):
+def _setup(
+    model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds, mesh=None
+):
     """Validate everything on the host, then split the model: (model, rows, static, params, args)."""
     model = as_model(model)
+    layout = parallel.layout_of(mesh)
     spec, spec_params = None, ()
     if speculative_config is not None:
         spec, spec_params = build_plan(speculative_config, model, sampling)
     rows, static, args = _prepare(
-        model, prompts, max_new_tokens, sampling, stop_token_ids, seeds, spec
+        model, prompts, max_new_tokens, sampling, stop_token_ids, seeds, spec, layout
     )
     graphdef, params = nnx.split(model.module)
     static = dataclasses.replace(static, graphdef=graphdef)
+    if layout is not None:
+        head_dim = model.config.head_dim
+        draft = (speculative_config or {}).get("model")
+        draft_head_dim = getattr(getattr(draft, "config", None), "head_dim", None) or head_dim
+        params = parallel.shard_params(params, layout, "target parameters", head_dim)
+        spec_params = parallel.shard_params(spec_params, layout, "draft parameters", draft_head_dim)
     return model, rows, static, (params, spec_params), args
 
 
@@ -309,21 +331,22 @@ def generate_stream(
     speculative_config=None,
     *,
     seeds=None,
+    mesh=None,
 ) -> Iterator[list[list[int]]]:
     """Like `generate`, one jitted step per iteration: yields each row's new tokens per step.
 
     The decode state (caches included) is donated to every step call.
     """
     model, rows, static, params, args = _setup(
-        model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds
+        model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds, mesh
     )
     state = _prefill_jit(static, params, *args)
     seen = np.zeros(len(rows), np.int64)
     while True:
-        num = np.asarray(state.num_out)[: len(rows)]
-        out = np.asarray(state.out)[: len(rows)]
+        num = parallel.to_host(state.num_out)[: len(rows)]
+        out = parallel.to_host(state.out)[: len(rows)]
         yield [out[b, seen[b] : num[b]].tolist() for b in range(len(rows))]
         seen = num.copy()
-        if bool(np.all(np.asarray(state.done))):
+        if bool(np.all(parallel.to_host(state.done))):
             return
         state = _step_jit(static, params, state)

@@ -56,6 +56,7 @@ class Static:
     out_len: int  # O
     max_positions: int
     spec: Any = None  # SpecPlan or None (autoregressive)
+    layout: Any = None  # specjax.parallel.Layout (a mesh and its rules) or None: one device
 
     @property
     def context(self) -> Context:

@@ -19,6 +19,7 @@ from flax import nnx
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from specjax import parallel
 from specjax.io.tokenizer import Tokenizer
 from specjax.models import (
     Decoder,
@@ -91,8 +92,11 @@ def _check_finite(name: str, array: np.ndarray) -> None:
         )
 
 
-def load_state(module: Decoder, tensors: dict[str, np.ndarray]) -> None:
-    """Copy HF-named tensors into `module` in place; strict names, shapes and finiteness."""
+def load_state(module: Decoder, tensors: dict[str, np.ndarray], layout=None) -> None:
+    """Copy HF-named tensors into `module` in place; strict names, shapes and finiteness.
+
+    With a `specjax.parallel.Layout`, each tensor goes straight onto its sharding (every device
+    receives only its slice; no device ever holds the whole model first)."""
     config = module.config
     names = hf_param_names(config)
     # Tied checkpoints sometimes still ship lm_head.weight; it must equal the embedding.
@@ -125,18 +129,22 @@ def load_state(module: Decoder, tensors: dict[str, np.ndarray]) -> None:
             raise ValueError(
                 f"tensor {name!r} has shape {tuple(array.shape)}, the model expects {tuple(target.shape)}"
             )
-        target.set_value(
-            jnp.asarray(
-                array.astype(np.float32)
-                if array.dtype == ml_dtypes.bfloat16 and dtype != jnp.bfloat16
-                else array,
-                dtype,
-            )
+        host = (
+            array.astype(np.float32)
+            if array.dtype == ml_dtypes.bfloat16 and dtype != jnp.bfloat16
+            else array
         )
+        if layout is None:
+            target.set_value(jnp.asarray(host, dtype))
+        else:
+            logical = parallel.param_logical_axes(path, host.ndim)
+            label = f"parameter {'.'.join(map(str, path))}"
+            sharding = layout.sharding(logical, host.shape, label, config.head_dim)
+            target.set_value(parallel.place(np.asarray(host, dtype), sharding))
     nnx.update(module, state)
 
 
-def load_model(path, *, dtype: str | None = None, load_tokenizer: bool = True) -> Model:
+def load_model(path, *, dtype: str | None = None, load_tokenizer: bool = True, mesh=None) -> Model:
     """Load a transformers checkpoint directory or a specjax training workdir.
 
     Args:
@@ -144,7 +152,10 @@ def load_model(path, *, dtype: str | None = None, load_tokenizer: bool = True) -
         tokenizer.json; or a specjax workdir (its latest exported `hf/` directory is used).
       dtype: parameter dtype ("float32", "bfloat16"); default float32.
       load_tokenizer: read tokenizer.json (required when True).
+      mesh: a ("data", "model") `jax.sharding.Mesh`: the weights are placed sharded by
+        `specjax.parallel`'s rules as they load (None: the default device).
     """
+    layout = parallel.layout_of(mesh)
     directory = Path(path)
     if not directory.exists():
         raise FileNotFoundError(f"model directory {directory} does not exist")
@@ -167,7 +178,7 @@ def load_model(path, *, dtype: str | None = None, load_tokenizer: bool = True) -
         if not config.eos_token_ids and tokenizer.eos_token_ids:
             config = dataclasses.replace(config, eos_token_ids=tuple(tokenizer.eos_token_ids))
     module = nnx.eval_shape(lambda: Decoder(config, nnx.Rngs(0)))
-    load_state(module, read_safetensors(files))
+    load_state(module, read_safetensors(files), layout)
     return Model(module, tokenizer, str(directory))
 
 
