@@ -51,6 +51,7 @@ def tiny_pick_config():
     return cfg
 
 
+@pytest.mark.slow
 def test_pick_end_to_end(pair, tmp_path):
     target, draft = pair
     cfg = tiny_pick_config()

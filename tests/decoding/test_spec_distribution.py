@@ -214,18 +214,18 @@ def _cfg(method: str, mode: str, draft, heads=None, eagle=None) -> dict:
     return cfg
 
 
-# Every rule, every proposer family and both sampling settings, in seven compiled programs
+# Every rule, every proposer family and both sampling settings, in six compiled programs
 # (~20-30 s of CPU each). `pytest -m slow` runs the rest of the (method, mode, sampling) matrix.
 CASES = [
     ("chain", "probabilistic", TOP_P),
     ("chain", "strict", TOP_K),
-    ("tree", "one_hot", TOP_P),  # top-k siblings: zero and renormalise
     ("ngram", "one_hot", TOP_K),
     ("medusa_tree", "one_hot", TOP_P),  # each head's top-k: zero and renormalise
     ("eagle3_dynamic", "one_hot", TOP_K),  # EAGLE-2's tree: per-row topology as data
     ("lookahead", "one_hot", TOP_P),  # a per-step trie plus window cells in one forward
 ]
 SLOW_CASES = [
+    ("tree", "one_hot", TOP_P),  # top-k siblings: zero and renormalise
     ("tree", "probabilistic", TOP_K),  # i.i.d. siblings: the SpecInfer residual chain
     ("medusa_chain", "probabilistic", TOP_K),  # sampled from each head's processed law
     ("eagle_chain", "probabilistic", TOP_P),  # sampled from the drafter's processed law

@@ -66,7 +66,7 @@ def _configs(draft):
 # --------------------------------------------------------------------- batch invariance
 
 
-@pytest.mark.parametrize("method", ["chain", "tree", "ngram"])
+@pytest.mark.parametrize("method", ["chain", pytest.param("tree", marks=pytest.mark.slow), "ngram"])
 def test_row_alone_equals_row_in_batch(target, partial, prompts, method):
     sampling = sj.SamplingParams(temperature=1.0, top_k=12)
     cfg = _configs(partial)[method]

@@ -136,6 +136,7 @@ def test_tree_matches_autoregressive(target, drafts, prompts, reference, tree, b
     assert 1.3 < stats["partial"]["mean_accepted_length"] < 4.0
 
 
+@pytest.mark.slow
 def test_greedy_tree_children_are_the_drafts_top_k(target, drafts, prompts):
     """At T=0 the children of a node are the draft's top-k tokens there, not just its argmax.
 

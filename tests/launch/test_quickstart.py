@@ -18,6 +18,8 @@ import specjax as sj
 from configs import quickstart
 
 REPO = Path(__file__).resolve().parents[2]
+# The whole tiny pipeline (two LMs, two head trainers, the benchmark): minutes on 2 cores.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -306,6 +306,7 @@ eagle.train_eagle(eagle_config(Path(corpus), Path(target_dir)), workdir)
 """
 
 
+@pytest.mark.slow
 def test_sigkilled_run_resumes_to_the_uninterrupted_parameters(
     reference, corpus, target_dir, tmp_path, compile_cache
 ):

@@ -93,6 +93,7 @@ def test_heads_learn_the_tokens_two_and_three_ahead(reference, target_dir):
     assert heads.config.num_heads == 2 and heads.config.base_model == str(target_dir)
 
 
+@pytest.mark.slow
 def test_sigkilled_run_resumes_to_the_uninterrupted_parameters(corpus, target_dir, tmp_path):
     overrides = {"train.num_steps": 400, "train.checkpoint_every": 50, "train.eval_every": 200}
     ref_dir = tmp_path / "ref"
@@ -143,6 +144,7 @@ def test_self_distilled_rows_are_the_targets_greedy_continuations(corpus, target
     np.testing.assert_array_equal(again["tokens"], rows["tokens"])
 
 
+@pytest.mark.slow
 def test_precomputed_features_train_the_same_heads(corpus, target_dir, tmp_path):
     config = heads_config(corpus, target_dir, num_steps=20)
     th.train_heads(config, tmp_path / "live")
@@ -153,6 +155,7 @@ def test_precomputed_features_train_the_same_heads(corpus, target_dir, tmp_path)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_medusa2_writes_a_target_and_heads_that_load(corpus, target_dir, tmp_path):
     config = heads_config(corpus, target_dir, num_steps=20)
     config.joint.update(enabled=True, heads_only_steps=10, kl_weight=1.0,

@@ -59,6 +59,7 @@ def reference(tmp_path_factory):
     return workdir, lm.train_lm(tiny_config(), workdir)
 
 
+@pytest.mark.slow
 def test_sigkilled_run_resumes_to_the_uninterrupted_parameters(tmp_path, reference):
     workdir = tmp_path / "killed"
     argv = [sys.executable, "-m", "launch.main", "--config=configs/train_lm.py:tiny"]
