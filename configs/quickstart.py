@@ -31,7 +31,8 @@ min wall in all, pip included):
   5 benchmark + decode timing   7 min     6.3 min    6 methods x batch {1, 8} x T {0, 1}, one
                                                      AR baseline per cell, 3 prompts a category
                                                      x 3 repeats; tau vs N at N = 1, 2, 4
-                                                     (+ lookahead since: ~1 min, not yet timed)
+                                                     (with lookahead, 7 methods: 4.85 min on a
+                                                     day the whole run took 12.96 min)
   Results (BENCHMARKS.md "Quickstart"): T=0, batch 1: medusa tau 3.10, 1.51x; medusa_chain
   2.70, 1.39x; ngram 2.17, 1.18x; eagle3 3.18, 0.79x (dynamic tree depth 5, 16 drafts);
   draft_model 1.97, 0.93x. At T=1 only draft_model pays (2.44, 1.20x); at batch 8 nothing
