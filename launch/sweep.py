@@ -31,8 +31,9 @@ from ml_collections import config_flags
 from specjax.bench import plotstyle
 from specjax.bench.markdown import table
 
-# The launcher's --config and --workdir flags (here: the sweep's base config and directory).
-from .main import CONFIG, WORKDIR, dispatch, log_setup
+# The launcher's --config and --workdir flags (here: the sweep's base config and directory),
+# and its process and compilation-cache flags (read by parse_flags before the config loads).
+from .main import CONFIG, WORKDIR, dispatch, log_setup, parse_flags
 
 TABLE_COLUMNS = (
     "method",
@@ -217,4 +218,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -16,9 +16,15 @@ without a trained pair). The speedup formulas are `specjax.speedup`.
 
 from __future__ import annotations
 
-import ml_collections
+from typing import TYPE_CHECKING
 
 from specjax.decoding.spec_config import lookahead_defaults
+
+# ml_collections is imported inside the config builders below, not here: the timing helpers
+# and the method registry import this package, and experiments/device_check.py uses them on
+# machines that have jax, flax, optax and orbax but not necessarily ml_collections.
+if TYPE_CHECKING:
+    import ml_collections
 
 # Medusa's default sparse tree in benchmarks and the quickstart (specjax.decoding.trees).
 DEFAULT_MEDUSA_TREE = "medusa_k4_8"  # chosen by measurement: BENCHMARKS.md "Medusa"
@@ -34,6 +40,8 @@ def lookahead_config() -> ml_collections.ConfigDict:
     """Lookahead's bench knobs, this machine's defaults (`spec_config.lookahead_defaults`):
     window W, candidate_length = ngram_size - 1 (the N of its rows), max_candidates G,
     seed_pool_from_prompt."""
+    import ml_collections  # not at the top: see the note there
+
     W, N, G = lookahead_defaults()
     return ml_collections.ConfigDict(
         dict(window=W, candidate_length=N - 1, max_candidates=G, seed_pool_from_prompt=True)
@@ -43,6 +51,8 @@ def lookahead_config() -> ml_collections.ConfigDict:
 def dynamic_tree_config() -> ml_collections.ConfigDict:
     """`DEFAULT_DYNAMIC_TREE` plus score_temperature (a float placeholder: None = the decode's
     own law, sharpened at T=0; see `trees.DynamicTree`)."""
+    import ml_collections  # not at the top: see the note there
+
     cfg = ml_collections.ConfigDict(DEFAULT_DYNAMIC_TREE)
     cfg.score_temperature = ml_collections.config_dict.placeholder(float)
     return cfg
@@ -66,6 +76,8 @@ def default_config() -> ml_collections.ConfigDict:
       draft-depth sweep of draft_model at batch 1, at tau_vs_n_temperature, default 0), data (where held-out prompts
       come from) and seed.
     """
+    import ml_collections  # not at the top: see the note there
+
     cfg = ml_collections.ConfigDict()
     cfg.target = ""
     cfg.draft = ""

@@ -24,8 +24,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-import ml_collections
-
 from specjax.decoding import trees
 
 
@@ -139,6 +137,8 @@ def with_depth(cfg, name: str, n: int):
     key = get_method(name).depth_key
     if key is None:
         raise ValueError(f"benchmark method {name!r} has no draft depth to vary")
+    import ml_collections  # here: experiments/device_check.py uses the registry without it
+
     cfg = ml_collections.ConfigDict(cfg).copy_and_resolve_references()
     *parents, leaf = key.split(".")
     node = cfg

@@ -18,10 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import NamedTuple
-
-import tokenizers
-from tokenizers import decoders, models, pre_tokenizers, trainers
+from typing import TYPE_CHECKING, NamedTuple
 
 from specjax.validate import check_int
 
@@ -40,6 +37,9 @@ _BOS_CANDIDATES = ("<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>")
 _PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]", "<|padding|>")
 
 _NUM_BYTES = 256  # byte-level BPE starts from one symbol per byte value
+
+if TYPE_CHECKING:
+    import tokenizers
 
 
 class VocabStrings(NamedTuple):
@@ -88,6 +88,8 @@ class Tokenizer:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"tokenizer file not found: {path}")
+        import tokenizers  # here, not at the top: `import specjax` must not need it
+
         try:
             backend = tokenizers.Tokenizer.from_file(str(path))
         except Exception as e:  # the Rust side raises a bare Exception
@@ -270,6 +272,10 @@ def train_bpe(
     note = f"{_NUM_BYTES} byte symbols + {len(special_tokens)} special tokens"
     vocab_size = check_int("vocab_size", vocab_size, low, note=note)
     min_frequency = check_int("min_frequency", min_frequency, 0)
+    # Here, not at the top: `import specjax` must not need `tokenizers`.
+    import tokenizers
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
     backend = tokenizers.Tokenizer(models.BPE())
     # No prefix space: the text a user typed is exactly what decodes back.
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
