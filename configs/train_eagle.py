@@ -7,6 +7,10 @@ r"""Train an EAGLE-3 drafter (training-time test) or an EAGLE-1 drafter on a fro
     python -m launch.main --config=configs/train_eagle.py:tiny \
         --config.target=<a trained LM workdir> --workdir=/tmp/eagle3   # CI smoke, seconds
 
+On a device mesh the training step runs data- and tensor-parallel (`--config.mesh.data=4
+--config.mesh.model=2` on 8 devices; train.batch_size must divide by mesh.data); the target's
+self-distillation and stored features are computed as on one device.
+
 The target is any directory `sj.load_model` loads (an HF checkpoint or a train_lm workdir).
 Then decode with the drafter:
 

@@ -4,6 +4,10 @@ r"""Train a small Llama-family LM from scratch on the embedded corpus (stdlib co
     python -m launch.main --config=configs/train_lm.py:draft --workdir=workdirs/draft \
         --config.tokenizer.path=workdirs/target/tokenizer
     python -m launch.main --config=configs/train_lm.py:tiny --workdir=/tmp/lm   # seconds
+    # On 8 devices: rows over 4 data shards, heads / MLP / vocabulary over 2 model shards
+    # (`config.mesh`; 1 x 1 is one device; `--config.mesh.fsdp=True` also splits D over data).
+    python -m launch.main --config=configs/train_lm.py:target --workdir=workdirs/target \
+        --config.mesh.data=4 --config.mesh.model=2
 
 Variants (`arg`):
   target  6 layers, D=384, 6 heads (2 kv), F=1024, V=2048: 11.0M parameters; 400 steps of

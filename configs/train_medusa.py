@@ -7,6 +7,10 @@ r"""Train Medusa heads on a frozen target (Medusa-1), or jointly with it (Medusa
     python -m launch.main --config=configs/train_medusa.py:tiny \
         --config.target=<a trained LM workdir> --workdir=/tmp/medusa   # CI smoke, seconds
 
+On a device mesh the training step runs data- and tensor-parallel (`--config.mesh.data=4
+--config.mesh.model=2` on 8 devices; train.batch_size must divide by mesh.data); the target's
+self-distillation and stored features are computed as on one device.
+
 The target is any directory `sj.load_model` loads (an HF checkpoint or a train_lm workdir).
 Then decode with the heads:
 

@@ -232,15 +232,22 @@ def tree_shardings(tree, layout: Layout, what: str = "parameters", head_dim: int
 def place(x, sharding: NamedSharding):
     """Put a host or device array onto `sharding`; works with several processes (each reads
     only the slices its devices hold, from the same global value)."""
-    if isinstance(x, jax.Array) and x.sharding == sharding:
-        return x
+    if isinstance(x, jax.Array) and (
+        x.sharding == sharding or x.sharding.is_equivalent_to(sharding, x.ndim)
+    ):
+        return x  # already there (on a one-device mesh: any array on that device)
     if jax.process_count() == 1:
         return jax.device_put(x, sharding)
-    host = np.asarray(x) if not isinstance(x, jax.Array) or x.is_fully_addressable else None
-    if host is None:  # already a global array: let jit reshard it
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        # Already a global array: let jit reshard it.
         return jax.jit(lambda a: a, out_shardings=sharding)(x)
     if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
-        return jax.device_put(x, sharding)
+        # Key arrays have no numpy form: place their raw data (trailing axes replicated).
+        raw = jax.random.key_data(x)
+        spec = tuple(sharding.spec) + (None,) * (raw.ndim - len(sharding.spec))
+        raw = place(raw, NamedSharding(sharding.mesh, P(*spec)))
+        return jax.random.wrap_key_data(raw, impl=jax.random.key_impl(x))
+    host = np.asarray(x)
     return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
 
 
@@ -335,8 +342,10 @@ def initialize_distributed(
     )
     if coordinator_address is None and not detected:
         return False
-    if jax.default_backend() == "cpu" or jax.config.jax_platforms == "cpu":
-        # CPU collectives across processes (tests, CPU clusters).
+    if jax.config.jax_cpu_collectives_implementation in (None, "none"):
+        # CPU collectives across processes (tests, CPU clusters); the option concerns the CPU
+        # backend only. Not decided by jax.default_backend(): that starts the backend, and
+        # jax.distributed.initialize must come before it.
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(
         coordinator_address=coordinator_address,

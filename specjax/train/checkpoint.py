@@ -15,6 +15,10 @@ removes when it starts). "Latest" therefore always means the latest committed st
 
 The state passed in is any pytree of arrays: the trainer passes the pure-dict form of its
 `nnx.State` (`nnx.to_pure_dict`), so the files hold plain nested dicts of arrays.
+
+Topologies. Arrays sharded over a device mesh are saved as they lie (each process writes the
+shards it holds) and restored onto whatever shardings `like` carries: a checkpoint written by
+8 devices restores onto a mesh of 2, or onto one device, with identical values.
 """
 
 from __future__ import annotations
@@ -69,15 +73,18 @@ def save(manager: ocp.CheckpointManager, step: int, state, config: dict) -> None
 
 
 def restore(manager: ocp.CheckpointManager, step: int, like):
-    """Restores step `step` into the structure of `like`.
+    """Restores step `step` into the structure of `like`, onto `like`'s shardings.
 
     Args:
       manager: from `make_manager`.
       step: a committed step (`manager.latest_step()` for the latest).
-      like: a pytree with the state's structure, shapes and dtypes (e.g. the fresh state).
+      like: a pytree with the state's structure, shapes and dtypes (e.g. the fresh state):
+        jax.Arrays or jax.ShapeDtypeStructs whose `sharding` says where each restored array
+        goes (the current run's mesh, whatever mesh or device count saved it).
     Returns:
       The restored pytree.
     """
+    # Shape, dtype and the target sharding of every leaf: orbax reads each device's slices.
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
     restored = manager.restore(
         step, args=ocp.args.Composite(**{STATE: ocp.args.StandardRestore(abstract)})

@@ -399,11 +399,13 @@ def batch_at(packed, batch_size: int, seed: int, step: int) -> dict[str, np.ndar
 
 
 def batches(
-    packed, batch_size: int, seed: int, start_step: int = 0
+    packed, batch_size: int, seed: int, start_step: int = 0, local: slice = slice(None)
 ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """Yields (step, batch) forever from `start_step`, each as `batch_at` gives it.
 
     `packed` is LM rows [N, T + 1] or a dict of row arrays sharing their first axis.
+    `local`: the rows of each global batch this process reads (a training process on a
+    device mesh reads only its own shard of the batch; all of them by default).
 
     Epoch e visits the rows in the permutation drawn from (seed, e); resuming at step k
     yields exactly what the uninterrupted iterator yields from step k.
@@ -415,7 +417,7 @@ def batches(
         perm = _epoch_permutation(num_rows(packed), seed, epoch)
         for i in range(first, per_epoch):
             rows = perm[i * batch_size : (i + 1) * batch_size]
-            yield epoch * per_epoch + i, _make_batch(packed, rows)
+            yield epoch * per_epoch + i, _make_batch(packed, rows[local])
         epoch, first = epoch + 1, 0
 
 

@@ -64,6 +64,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from specjax import parallel
 from specjax.cache import KVCache
 from specjax.heads.eagle import EagleHead, default_tap_layers, draft_vocabulary
 from specjax.io.drafts import HEADS_DIR, save_draft
@@ -89,7 +90,8 @@ def default_config() -> ml_collections.ConfigDict:
       train (as `specjax.train.heads.default_config`'s), head (fc_bias: EAGLE-1 only;
       tap_layers: EAGLE-3, () = `default_tap_layers`; draft_vocab_size: EAGLE-3, 0 = the
       target's vocabulary), ttt_steps (EAGLE-3's training unroll; both methods' eval unroll),
-      loss (decay, feature_weight, token_weight, noise: None = the method's default).
+      loss (decay, feature_weight, token_weight, noise: None = the method's default),
+      mesh (as train_heads': the device mesh of the training step).
     """
     base = th.default_config()
     config = ml_collections.ConfigDict()
@@ -109,6 +111,7 @@ def default_config() -> ml_collections.ConfigDict:
     config.features = base.features
     config.export = base.export
     config.train = base.train
+    config.mesh = base.mesh
     return config
 
 
@@ -340,13 +343,17 @@ def make_state(config, target: Model, counts: np.ndarray | None = None):
     return graphdef, state, schedule
 
 
-def make_steps(config, graphdef, target: Model):
+def make_steps(config, graphdef, target: Model, layout=None, shardings=None):
     """(train_step, eval_step): (state, batch) -> (state, metrics) / metrics; jitted.
 
     The target's parameters are an argument of the compiled steps (not constants folded into
     them); its features come from the batch when precomputed, else from its forward.
+    layout, shardings: the run's `parallel.Layout` and the state's shardings
+    (`loop.place_state`; the target's parameters are placed by the same rules); None: one
+    device.
     """
     t_graphdef, t_params = nnx.split(target.module)
+    t_params = parallel.shard_params(t_params, layout, "target parameters")
     taps_ids = tap_layers(config, target)
     train_steps = config.ttt_steps if config.method == "eagle3" else 1
     nan_at = config.train.debug_nan_at_step
@@ -385,9 +392,12 @@ def make_steps(config, graphdef, target: Model):
         loss, metrics = compute_losses(config, head, module, batch, hidden, taps, config.ttt_steps)
         return {"loss": loss, **metrics}
 
-    step = jax.jit(train_step, donate_argnums=0)
+    step = loop.jit_train_step(train_step, layout, shardings)
     evaluate = jax.jit(eval_step)
-    return (lambda s, b: step(s, b, t_params)), (lambda s, b: evaluate(s, b, t_params))
+    return (
+        lambda s, b: step(s, b, t_params),
+        loop.on_layout(lambda s, b: evaluate(s, b, t_params), layout),
+    )
 
 
 def _resume_view(config) -> ml_collections.ConfigDict:
@@ -417,6 +427,7 @@ def train_eagle(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
       train_seconds, heads_dir (None, with export_error, if the export was refused).
     """
     check_config(config)
+    layout = loop.make_layout(config)  # a bad mesh is refused before anything is loaded
     workdir = Path(workdir).absolute()
     workdir.mkdir(parents=True, exist_ok=True)
     train = config.train
@@ -441,6 +452,7 @@ def train_eagle(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
             rows.update(precompute_features(target, rows, workdir / FEATURES / name, taps, fb,
                                             train.progress))  # fmt: skip
     graphdef, state, schedule = make_state(config, target, counts)
+    state, shardings = loop.place_state(state, layout)
     log.info("%s drafter: %d rows of %d tokens (%s)", config.method, data.num_rows(train_rows),
              train_rows["tokens"].shape[1], config.data.kind)  # fmt: skip
 
@@ -451,14 +463,16 @@ def train_eagle(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
         saved = checkpoint.saved_config(manager, start)
         loop.check_resumable(saved, _resume_view(config), start, RESUME_KEYS)
         loop.restore(manager, start, state)
-        # Orbax hands the arrays back committed to a sharding, which the lowered step
-        # records: uncommitted copies give the fresh run's program (a persistent
-        # compilation cache then serves a resumed run without compiling).
-        nnx.update(state, jax.tree.map(lambda x: jax.device_put(np.asarray(x)), state))
+        if layout is None:
+            # Orbax hands the arrays back committed to a sharding, which the lowered step
+            # records: uncommitted copies give the fresh run's program (a persistent
+            # compilation cache then serves a resumed run without compiling). On a mesh the
+            # arrays are restored onto the fresh run's shardings already.
+            nnx.update(state, jax.tree.map(lambda x: jax.device_put(np.asarray(x)), state))
         log.info("resumed from step %d of %d", start, train.num_steps)
 
     # Loop, eval, save.
-    train_step, eval_step = make_steps(config, graphdef, target)
+    train_step, eval_step = make_steps(config, graphdef, target, layout, shardings)
     eval_fn = lambda s: th.evaluate(eval_step, s, eval_rows, train.batch_size, train.eval_batches)  # noqa: E731
     state, final, seconds = loop.run_on_rows(
         config,
@@ -471,9 +485,10 @@ def train_eagle(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
         schedule,
         start,
         desc=f"train {config.method}",
+        layout=layout,
     )
 
-    head, _ = nnx.merge(graphdef, state)
+    head, _ = nnx.merge(graphdef, loop.gather(state, layout))
     summary = _summary(config, head, final, start, train_rows)
     summary["train_seconds"] = round(seconds, 2)
     if jax.process_index() == 0:

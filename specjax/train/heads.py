@@ -41,6 +41,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from specjax import parallel
 from specjax import sampling as sp
 from specjax.cache import KVCache
 from specjax.heads import MedusaHeads
@@ -67,7 +68,8 @@ def default_config() -> ml_collections.ConfigDict:
       (kind "self_distill" or "corpus", the corpus and split, prompts and generation for
       self-distillation, seq_len for corpus rows), heads (num_heads, num_layers,
       shared_blocks, bias), loss (decay), joint (Medusa-2), features (precompute), export
-      (layouts) and train (optimizer and loop knobs, as train_lm's).
+      (layouts), train (optimizer and loop knobs, as train_lm's) and mesh (data, model,
+      fsdp: the device mesh of the training step, `loop.make_layout`; 1 x 1 = one device).
     """
     placeholder = ml_collections.config_dict.placeholder
     config = ml_collections.ConfigDict()
@@ -125,6 +127,7 @@ def default_config() -> ml_collections.ConfigDict:
         progress=True,
         debug_nan_at_step=-1,  # > 0: the loss of that step is made NaN (tests the guard)
     )
+    config.mesh = loop.mesh_config()
     return config
 
 
@@ -312,13 +315,16 @@ def _losses(config, trainable, batch, hidden, ref_logits, ranks: int = 0, heads_
     return losses.medusa_loss(trainable(hidden), tokens, mask, config.loss.decay, ranks)
 
 
-def make_steps(config, graphdef, target: Model, start: int = 0):
+def make_steps(config, graphdef, target: Model, start: int = 0, layout=None, shardings=None):
     """(train_step, eval_step): (state, batch) -> (state, metrics) / metrics; jitted.
 
     A joint run's train step is two compiled steps: the heads-only one for steps
     1..joint.heads_only_steps, then the joint one (`start`: the restored step).
+    layout, shardings: the run's `parallel.Layout` and the state's shardings
+    (`loop.place_state`; the frozen target is placed by the same rules); None: one device.
     """
     t_graphdef, t_params = nnx.split(target.module)
+    t_params = parallel.shard_params(t_params, layout, "target parameters")
     joint, nan_at = config.joint.enabled, config.train.debug_nan_at_step
     kl = joint and config.joint.kl_weight > 0
 
@@ -355,16 +361,17 @@ def make_steps(config, graphdef, target: Model, start: int = 0):
         loss, metrics = _losses(config, trainable, batch, hidden, ref, RANKS)
         return {"loss": loss, **metrics}
 
-    step = jax.jit(train_step, donate_argnums=0, static_argnames="heads_only")
+    step = loop.jit_train_step(train_step, layout, shardings, static_argnames="heads_only")
+    evaluate = loop.on_layout(jax.jit(eval_step), layout)
     if not joint:
-        return step, jax.jit(eval_step)
+        return step, evaluate
     done = [start]  # steps taken so far (the loop calls the step once per step, in order)
 
     def staged(state, batch):
         done[0] += 1
         return step(state, batch, heads_only=done[0] <= config.joint.heads_only_steps)
 
-    return staged, jax.jit(eval_step)
+    return staged, evaluate
 
 
 def evaluate(eval_step, state, rows: dict, batch_size: int, num_batches: int) -> dict:
@@ -400,6 +407,7 @@ def train_heads(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
       train_rows, data_kind, train_seconds.
     """
     check_config(config)
+    layout = loop.make_layout(config)  # a bad mesh is refused before anything is loaded
     workdir = Path(workdir).absolute()
     workdir.mkdir(parents=True, exist_ok=True)
     train = config.train
@@ -420,6 +428,7 @@ def train_heads(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
             target, eval_rows, workdir / FEATURES / "eval", fb, bar
         )
     graphdef, state, schedule = make_state(config, target)
+    state, shardings = loop.place_state(state, layout)
     log.info("%s heads: %d rows of %d tokens (%s)", config.method, data.num_rows(train_rows),
              train_rows["tokens"].shape[1], config.data.kind)  # fmt: skip
 
@@ -432,7 +441,7 @@ def train_heads(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
         log.info("resumed from step %d of %d", start, train.num_steps)
 
     # Loop, eval, save.
-    train_step, eval_step = make_steps(config, graphdef, target, start)
+    train_step, eval_step = make_steps(config, graphdef, target, start, layout, shardings)
     eval_fn = lambda s: evaluate(eval_step, s, eval_rows, train.batch_size, train.eval_batches)  # noqa: E731
     state, final, seconds = loop.run_on_rows(
         config,
@@ -445,9 +454,10 @@ def train_heads(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
         schedule,
         start,
         desc=f"train {config.method} heads",
+        layout=layout,
     )
 
-    trainable, _ = nnx.merge(graphdef, state)
+    trainable, _ = nnx.merge(graphdef, loop.gather(state, layout))
     heads = trainable.heads if isinstance(trainable, Joint) else trainable
     K = heads.config.num_heads
     summary = {

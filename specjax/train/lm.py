@@ -33,6 +33,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from specjax import parallel
 from specjax.cache import KVCache
 from specjax.io.hf import save_hf
 from specjax.io.tokenizer import Tokenizer, train_bpe
@@ -54,7 +55,8 @@ def default_config() -> ml_collections.ConfigDict:
       ConfigDict with task, seed (init and batch order), data (load_text_dataset and
       split_dataset arguments), tokenizer (path of a tokenizer.json or a directory holding
       one, "" = train a BPE on the train split), model (ModelConfig fields; the vocabulary
-      size comes from the tokenizer) and train (optimizer, schedule and loop knobs).
+      size comes from the tokenizer), train (optimizer, schedule and loop knobs) and mesh
+      (data, model, fsdp: the device mesh, `loop.make_layout`; 1 x 1 = one device).
     """
     placeholder = ml_collections.config_dict.placeholder
     config = ml_collections.ConfigDict()
@@ -104,6 +106,7 @@ def default_config() -> ml_collections.ConfigDict:
         progress=True,
         debug_nan_at_step=-1,  # > 0: the loss of that step is made NaN (tests the guard)
     )
+    config.mesh = loop.mesh_config()
     return config
 
 
@@ -171,20 +174,26 @@ def model_config(model: ml_collections.ConfigDict, tokenizer: Tokenizer) -> Mode
     )
 
 
-def init_train_state(model_cfg: ModelConfig, tx: optax.GradientTransformation, seed: int):
+def init_train_state(
+    model_cfg: ModelConfig, tx: optax.GradientTransformation, seed: int,
+    layout: parallel.Layout | None = None,
+):  # fmt: skip
     """A fresh decoder and its optimizer, as (graphdef, state) of `nnx.split((decoder, optimizer))`.
 
     Initialised in one jitted call: eager initialisation would compile every initializer
-    separately (seconds on a CPU). The parameters depend only on `seed`.
+    separately (seconds on a CPU). The parameters depend only on `seed`. Under `layout` the
+    call writes each array straight onto its shards (no device ever holds the whole model).
     """
 
     def create():
         decoder = Decoder(model_cfg, nnx.Rngs(seed))
         return decoder, nnx.Optimizer(decoder, tx, wrt=nnx.Param)
 
-    graphdef, _ = nnx.split(nnx.eval_shape(create))
-    state = jax.jit(lambda: nnx.split(create())[1])()
-    return graphdef, state
+    graphdef, abstract = nnx.split(nnx.eval_shape(create))
+    init = lambda: nnx.split(create())[1]  # noqa: E731
+    if layout is None:
+        return graphdef, jax.jit(init)()
+    return graphdef, jax.jit(init, out_shardings=parallel.tree_shardings(abstract, layout))()
 
 
 def next_token_loss(decoder: Decoder, inputs, targets):
@@ -197,12 +206,14 @@ def next_token_loss(decoder: Decoder, inputs, targets):
     return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
 
 
-def make_train_step(graphdef, nan_at_step: int = -1):
+def make_train_step(graphdef, nan_at_step: int = -1, layout=None, shardings=None):
     """The update: (state, batch) -> (new state, {"loss": loss}); jitted, the state donated.
 
     Args:
       graphdef: from `nnx.split((decoder, optimizer))`.
       nan_at_step: > 0 makes the loss of that step NaN (a test hook for the non-finite guard).
+      layout, shardings: the run's `parallel.Layout` and the state's shardings
+        (`loop.place_state`); None: one device.
     """
 
     def train_step(state, inputs, targets):
@@ -218,7 +229,7 @@ def make_train_step(graphdef, nan_at_step: int = -1):
         optimizer.update(decoder, grads)
         return nnx.state((decoder, optimizer)), {"loss": loss}
 
-    step = jax.jit(train_step, donate_argnums=0)
+    step = loop.jit_train_step(train_step, layout, shardings)
     return lambda state, batch: step(state, batch["inputs"], batch["targets"])
 
 
@@ -270,15 +281,17 @@ def train_lm(config: ml_collections.ConfigDict, workdir) -> dict:
     Raises:
       FloatingPointError: the training loss became NaN or infinite (the message names the step).
     """
+    layout = loop.make_layout(config)  # a bad mesh is refused before any work
     workdir = Path(workdir).absolute()
     workdir.mkdir(parents=True, exist_ok=True)
     train = config.train
 
-    # Setup: data, tokenizer, model, optimizer.
+    # Setup: data, tokenizer, model, optimizer (placed on the mesh by the rules).
     tokenizer, train_rows, eval_rows = prepare_data(config, workdir)
     tx, schedule = loop.make_optimizer(train)
     model_cfg = model_config(config.model, tokenizer)
-    graphdef, state = init_train_state(model_cfg, tx, config.seed)
+    graphdef, state = init_train_state(model_cfg, tx, config.seed, layout)
+    state, shardings = loop.place_state(state, layout)
     log.info(
         "model: %d layers, D=%d, V=%d, %.2fM parameters",
         model_cfg.num_layers,
@@ -298,13 +311,15 @@ def train_lm(config: ml_collections.ConfigDict, workdir) -> dict:
 
     # Loop, eval, save.
     writer = MetricWriter(workdir, resume_step=start)
-    eval_step = make_eval_step(graphdef)
+    eval_step = loop.on_layout(make_eval_step(graphdef), layout)
     eval_fn = lambda s: evaluate(eval_step, s, eval_rows, train.batch_size, train.eval_batches)  # noqa: E731
-    stream = data.batches(train_rows, train.batch_size, config.seed, start_step=start)
+    local = loop.local_rows(layout, train.batch_size)
+    stream = data.batches(train_rows, train.batch_size, config.seed, start_step=start, local=local)
+    train_step = make_train_step(graphdef, train.debug_nan_at_step, layout, shardings)
     begin = time.perf_counter()
     try:
         state, final = loop.run(
-            config, state, make_train_step(graphdef, train.debug_nan_at_step), eval_fn, stream,
+            config, state, train_step, eval_fn, loop.sharded_stream(stream, layout),
             manager, writer, schedule, start,
             desc=f"train {config.model.num_layers}x{config.model.hidden_size}",
             tokens_per_step=train.batch_size * train.seq_len,
@@ -315,7 +330,7 @@ def train_lm(config: ml_collections.ConfigDict, workdir) -> dict:
     train_loss = final.get("train/loss", float("nan"))
     final_eval = {k: v for k, v in final.items() if k.startswith("eval/")}
 
-    decoder, _ = nnx.merge(graphdef, state)
+    decoder, _ = nnx.merge(graphdef, loop.gather(state, layout))
     if math.isnan(train_loss):  # nothing left to train: report the last logged loss
         logged = [r["train/loss"] for r in read_jsonl(workdir / JSONL_NAME) if "train/loss" in r]
         train_loss = logged[-1] if logged else train_loss

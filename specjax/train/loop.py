@@ -12,6 +12,14 @@ Resume order, common to every trainer: the model is built from the seed as on a 
 replaced by the latest committed checkpoint (parameters, optimizer moments, step count, hence
 the learning-rate schedule); the batch stream restarts at that step; `metrics.jsonl` drops the
 records after it (`MetricWriter(resume_step=...)`).
+
+On a device mesh (`config.mesh`: data, model, fsdp; 1 x 1 is the one-device path, untouched):
+`make_layout` checks the mesh against the devices and the batch, `place_state` puts the
+parameters and the optimizer state where `specjax.parallel`'s rules say (the optimizer's
+moments follow their parameters by path), `jit_train_step` keeps those shardings across steps,
+and `sharded_stream` hands each step a global batch over `data` built from the rows this
+process reads (`jax.make_array_from_process_local_data`). Checkpoints save the sharded arrays
+as they are and restore onto the current run's shardings, whatever mesh wrote them.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import optax
 from flax import nnx
 from tqdm.auto import tqdm
 
+from specjax import parallel
 from specjax.train import checkpoint, data
 from specjax.train.metrics import MetricWriter
 
@@ -83,12 +92,21 @@ def check_finite(pending: list[tuple[int, jax.Array]]) -> list[float]:
 def save(manager, step: int, state, config) -> None:
     """Starts an async save of `state` (an nnx.State) and the run's config at `step`."""
     # Host copies: the next train step donates (reuses) the device buffers the save would read.
-    host = jax.tree.map(np.array, nnx.to_pure_dict(state))
+    # Arrays over several devices go to orbax as they are: each process writes its own shards
+    # (orbax copies them off the devices before `save` returns).
+    host = jax.tree.map(_host_copy, nnx.to_pure_dict(state))
     checkpoint.save(manager, step, host, config.to_dict())
 
 
+def _host_copy(x):
+    if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1:
+        return x
+    return np.array(x)
+
+
 def restore(manager, step: int, state) -> None:
-    """Replaces `state` (an nnx.State, in place) by checkpoint `step`."""
+    """Replaces `state` (an nnx.State, in place) by checkpoint `step`, each array restored onto
+    the sharding `state`'s own array has (the run's mesh, whatever mesh saved it)."""
     nnx.replace_by_pure_dict(state, checkpoint.restore(manager, step, nnx.to_pure_dict(state)))
 
 
@@ -119,6 +137,123 @@ def check_resumable(saved: dict, config, step: int, keys) -> None:
             f"the workdir's checkpoint is at step {step}, past train.num_steps="
             f"{config.train.num_steps}; use a new workdir or raise num_steps"
         )
+
+
+# ------------------------------------------------------------------------------- the mesh
+
+
+def mesh_config() -> dict:
+    """The `config.mesh` section of every trainer: data x model devices (1 x 1: one device,
+    as without a mesh), fsdp: the residual axis of the parameters and the optimizer state
+    also split over `data` (`specjax.parallel.FSDP_RULES`)."""
+    return dict(data=1, model=1, fsdp=False)
+
+
+def make_layout(config) -> parallel.Layout | None:
+    """The run's device layout from `config.mesh`; None for 1 x 1 (the one-device path).
+
+    Refused by name, before anything is compiled: a non-positive or non-int axis, more
+    devices than exist, a mesh that leaves some processes' devices out, and a
+    `train.batch_size` that does not divide over the data axis.
+    """
+    mesh = config.mesh
+    for key in ("data", "model"):
+        value = mesh[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"config.mesh.{key}={value!r} must be a positive int (1: no split)")
+    if not isinstance(mesh.fsdp, bool):
+        raise ValueError(f"config.mesh.fsdp={mesh.fsdp!r} must be True or False")
+    need, have = mesh.data * mesh.model, jax.device_count()
+    if need > have:
+        raise ValueError(
+            f"config.mesh.data={mesh.data} x config.mesh.model={mesh.model} needs {need} "
+            f"devices, {have} exist ({jax.default_backend()}); choose data * model <= {have}"
+        )
+    if jax.process_count() > 1 and need != have:
+        raise ValueError(
+            f"config.mesh.data={mesh.data} x config.mesh.model={mesh.model} uses {need} of "
+            f"the {have} devices of {jax.process_count()} processes; with several processes "
+            f"the mesh must span them all (data * model = {have})"
+        )
+    if need == 1:
+        return None
+    batch = config.train.batch_size
+    if batch % mesh.data:
+        raise ValueError(
+            f"config.train.batch_size={batch} does not divide over config.mesh.data="
+            f"{mesh.data}; use a multiple of {mesh.data}"
+        )
+    return parallel.Layout(parallel.make_mesh(mesh.data, mesh.model), fsdp=mesh.fsdp)
+
+
+def place_state(state, layout: parallel.Layout | None, what: str = "training state"):
+    """(state placed by the rules, its tree of NamedShardings); (state, None) without a layout.
+
+    The optimizer's moments sit where their parameters do (the rules read the path's last
+    module names), its step counts are replicated.
+    """
+    if layout is None:
+        return state, None
+    shardings = parallel.tree_shardings(state, layout, what)
+    return parallel.place_tree(state, shardings), shardings
+
+
+def jit_train_step(train_step, layout: parallel.Layout | None, shardings, **jit_kwargs):
+    """`jax.jit(train_step, donate_argnums=0)`; under a layout the new state keeps the
+    state's `shardings` (so every step runs the one compiled program) and the metrics are
+    replicated (every process reads them)."""
+    if layout is None:
+        return jax.jit(train_step, donate_argnums=0, **jit_kwargs)
+    out = (shardings, layout.replicated())
+    return jax.jit(train_step, donate_argnums=0, out_shardings=out, **jit_kwargs)
+
+
+def local_rows(layout: parallel.Layout | None, batch_size: int) -> slice:
+    """The rows of each global batch this process reads: all of them in one process, its
+    devices' block of the data axis with several."""
+    if layout is None or jax.process_count() == 1:
+        return slice(None)
+    index = parallel.batch_sharding(layout, 1).addressable_devices_indices_map((batch_size,))
+    spans = sorted({s[0].indices(batch_size)[:2] for s in index.values()})
+    for (_, stop), (start, _) in zip(spans[:-1], spans[1:], strict=True):
+        if start != stop:  # make_mesh orders devices by process: each holds one block
+            raise ValueError(f"this process's batch rows {spans} are not one block")
+    return slice(spans[0][0], spans[-1][1])
+
+
+def sharded_stream(stream, layout: parallel.Layout | None):
+    """(index, batch) of `stream` with each process-local batch made a global array over
+    `data` (unchanged without a layout)."""
+    if layout is None:
+        yield from stream
+        return
+    for index, batch in stream:
+        yield index, parallel.process_local_batch(batch, layout)
+
+
+def on_layout(fn, layout: parallel.Layout | None):
+    """`fn(state, *batch)` with the batch's arrays placed on the layout: rows over `data`
+    where they divide (eval batches may be short), replicated otherwise."""
+    if layout is None:
+        return fn
+
+    def place(x):
+        x = np.asarray(x)
+        rows = x.shape[0] if x.ndim else 0
+        if rows and rows % layout.data == 0:
+            return parallel.place(x, parallel.batch_sharding(layout, x.ndim))
+        return parallel.place(x, layout.replicated())
+
+    return lambda state, *batch: fn(state, *jax.tree.map(place, batch))
+
+
+def gather(state, layout: parallel.Layout | None):
+    """`state` with every array whole on this process's first device (for export); unchanged
+    without a layout. Every process calls it (with several, it is a collective)."""
+    if layout is None:
+        return state
+    device = jax.local_devices()[0]
+    return jax.tree.map(lambda x: jax.device_put(parallel.to_host(x), device), state)
 
 
 def run(
@@ -178,17 +313,20 @@ def run(
 
 def run_on_rows(
     config, workdir, state, train_step, eval_fn, train_rows, manager, schedule, start: int, *,
-    desc: str,
+    desc: str, layout: parallel.Layout | None = None,
 ):  # fmt: skip
     """`run` over shuffled batches of `train_rows` (the head trainers' rows: {"tokens" [N, T],
-    ...}), with a MetricWriter in `workdir` that resumes at `start`.
+    ...}), with a MetricWriter in `workdir` that resumes at `start`; under `layout` each
+    process reads its rows of every batch, made a global batch over `data`.
 
     Returns:
       (state, summary, seconds): as `run`, and the wall time of the loop.
     """
     train = config.train
     writer = MetricWriter(workdir, resume_step=start)
-    stream = data.batches(train_rows, train.batch_size, config.seed, start_step=start)
+    stream = data.batches(train_rows, train.batch_size, config.seed, start_step=start,
+                          local=local_rows(layout, train.batch_size))  # fmt: skip
+    stream = sharded_stream(stream, layout)
     begin = time.perf_counter()
     try:
         state, final = run(

@@ -101,6 +101,20 @@ def test_quickstart_default_target_costs_more_than_draft():
     assert config.target.data.eval_fraction == config.bench.data.eval_fraction
 
 
+def test_trainers_run_on_one_device_unless_the_mesh_says_otherwise():
+    quickstart = parse("--config=configs/quickstart.py:tiny")
+    trainers = [
+        parse(f"--config={path}")
+        for path in ("configs/train_lm.py", "configs/train_medusa.py", "configs/train_eagle.py")
+    ]
+    trainers += [quickstart[part] for part in ("target", "draft", "medusa", "eagle3")]
+    for config in trainers:
+        assert config.mesh.to_dict() == {"data": 1, "model": 1, "fsdp": False}
+    config = parse("--config=configs/train_eagle.py:tiny", "--config.mesh.data=2",
+                   "--config.mesh.model=4", "--config.mesh.fsdp=True")  # fmt: skip
+    assert config.mesh.to_dict() == {"data": 2, "model": 4, "fsdp": True}
+
+
 @pytest.mark.parametrize("path", ABLATIONS)
 def test_ablation_sweeps_apply_to_their_config(path):
     seed = "bench.seed" if "bench" in parse(f"--config={path}") else "seed"  # a training sweep
