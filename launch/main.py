@@ -15,9 +15,8 @@ command on every process. TPU pods and SLURM need no flag (JAX detects them); el
 JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID). `jax.distributed` is joined
 before the config file loads, because loading it may already ask JAX for its backend.
 Every process logs its index. Orbax coordinates checkpoint writes across processes and
-JAX writes compilation-cache entries from process 0 only; the tasks' own result files
-(results.json, report.md, metrics) are written by every process to the same path.
-TODO: write those from process 0 only (`jax.process_index() == 0`), in the tasks.
+JAX writes compilation-cache entries from process 0 only, and every task writes its own
+files (metrics, exported models, results.json, report.md, plots) from process 0 only.
 
 Compilation cache: JAX's persistent cache is on by default in `<workdir>/jax_cache`, so a
 rerun (or a resumed run) loads its compiled programs instead of compiling them again;

@@ -419,9 +419,12 @@ def pick(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
         "measured": measured,
         "choice": choice,
     }
-    (workdir / "recommendation.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-    (workdir / "recommendation.md").write_text(recommendation_markdown(result, workdir))
-    log.info("recommendation: %s (written to %s)", choice, workdir)
+    if jax.process_index() == 0:  # several processes share the workdir: one writer
+        (workdir / "recommendation.json").write_text(
+            json.dumps(result, indent=2, default=str) + "\n"
+        )
+        (workdir / "recommendation.md").write_text(recommendation_markdown(result, workdir))
+        log.info("recommendation: %s (written to %s)", choice, workdir)
     return result
 
 

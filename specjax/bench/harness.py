@@ -24,6 +24,7 @@ import shlex
 import sys
 from pathlib import Path
 
+import jax
 from tqdm.auto import tqdm
 
 from specjax.bench import methods as mt
@@ -221,8 +222,9 @@ def run_bench(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
         "runs": runs,
         "tau_vs_n": tau_vs_n,
     }
-    (workdir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    plot_files = plots.make_plots(results, workdir / "plots")
-    report.write_report(results, workdir / "report.md", plot_files)
-    log.info("benchmark written to %s", workdir)
+    if jax.process_index() == 0:  # several processes share the workdir: one writer
+        (workdir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+        plot_files = plots.make_plots(results, workdir / "plots")
+        report.write_report(results, workdir / "report.md", plot_files)
+        log.info("benchmark written to %s", workdir)
     return results

@@ -17,8 +17,10 @@ import logging
 from pathlib import Path
 
 import datasets
+import jax
 import numpy as np
 from flax import nnx
+from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
 from specjax import sampling as sp
@@ -45,6 +47,7 @@ def self_distill(
     *,
     batch_size: int = 32,
     progress: bool = True,
+    mesh=None,
 ) -> datasets.Dataset:
     """The target's continuations of `prompts`, generated once and stored under `cache_dir`.
 
@@ -55,6 +58,9 @@ def self_distill(
       sampling: the target's sampling (temperature 0 = its greedy continuations).
       cache_dir: parent directory of the stored datasets.
       batch_size: prompts per `generate` call.
+      mesh: a ("data", "model") device mesh to generate on (None: one device). With several
+        processes every process generates the same rows, process 0 stores them and the others
+        read them back after a barrier.
     Returns:
       Dataset with `input_ids` [prompt + new_tokens] and `loss_mask` (int8) columns.
     """
@@ -81,7 +87,9 @@ def self_distill(
             chunk = chunk + [chunk[0]] * (batch_size - real)  # one shape: one compile
             # Row i's stream depends on its index alone, not on the batching.
             seeds = [(sampling.seed + start + i) % 2**32 for i in range(batch_size)]
-            out = generate(target, chunk, new_tokens, sampling, stop_token_ids=[], seeds=seeds)
+            out = generate(
+                target, chunk, new_tokens, sampling, stop_token_ids=[], seeds=seeds, mesh=mesh
+            )
             rows += [p + t for p, t in zip(chunk[:real], out.tokens[:real], strict=True)]
             bar.update(real)
     prompt_len = lengths.pop()
@@ -89,9 +97,12 @@ def self_distill(
     ds = datasets.Dataset.from_dict({"input_ids": rows, "loss_mask": mask})
     ds = ds.cast_column("input_ids", datasets.Sequence(datasets.Value("int32")))
     ds = ds.cast_column("loss_mask", datasets.Sequence(datasets.Value("int8")))
-    ds.save_to_disk(str(where))
-    (where / "key.json").write_text(json.dumps(key, indent=2) + "\n")
-    log.info("self-distillation data: %d rows written to %s", len(rows), where)
+    if jax.process_index() == 0:  # one writer; the others wait for it
+        ds.save_to_disk(str(where))
+        (where / "key.json").write_text(json.dumps(key, indent=2) + "\n")
+        log.info("self-distillation data: %d rows written to %s", len(rows), where)
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(f"self-distill {digest}")
     return datasets.load_from_disk(str(where))
 
 

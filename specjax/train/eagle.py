@@ -353,7 +353,7 @@ def make_steps(config, graphdef, target: Model, layout=None, shardings=None):
     device.
     """
     t_graphdef, t_params = nnx.split(target.module)
-    t_params = parallel.shard_params(t_params, layout, "target parameters")
+    t_params = parallel.shard_params(t_params, layout, "target parameters", target.config.head_dim)
     taps_ids = tap_layers(config, target)
     train_steps = config.ttt_steps if config.method == "eagle3" else 1
     nan_at = config.train.debug_nan_at_step
@@ -436,7 +436,7 @@ def train_eagle(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
     if target is None:
         if not config.target:
             raise ValueError("config.target is empty: set it to a checkpoint dir or LM workdir")
-        target = load_model(config.target)
+        target = load_model(config.target, mesh=None if layout is None else layout.mesh)
     target = as_model(target)
     V = target.config.vocab_size
     if config.head.draft_vocab_size > V:
@@ -444,7 +444,8 @@ def train_eagle(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
             f"config.head.draft_vocab_size={config.head.draft_vocab_size} exceeds the "
             f"target's vocab_size={V}"
         )
-    train_rows, eval_rows = th.prepare_rows(config, target, workdir)
+    mesh = None if layout is None else layout.mesh
+    train_rows, eval_rows = th.prepare_rows(config, target, workdir, mesh)
     counts = token_counts(train_rows, V)
     if config.features.precompute:
         taps, fb = tap_layers(config, target), config.features.batch_size

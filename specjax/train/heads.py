@@ -154,8 +154,11 @@ def check_config(config) -> None:
         )
 
 
-def prepare_rows(config, target: Model, workdir: Path) -> tuple[dict, dict]:
-    """(train rows, eval rows): {"tokens" [N, T] int32, "mask" [N, T] int8} each."""
+def prepare_rows(config, target: Model, workdir: Path, mesh=None) -> tuple[dict, dict]:
+    """(train rows, eval rows): {"tokens" [N, T] int32, "mask" [N, T] int8} each.
+
+    `mesh`: the run's device mesh, on which self-distillation generates (None: one device).
+    """
     d = config.data
     ds = data.load_text_dataset(
         d.source, max_documents=d.max_documents, max_chars=d.max_chars, sample_by=d.sample_by
@@ -185,7 +188,7 @@ def prepare_rows(config, target: Model, workdir: Path) -> tuple[dict, dict]:
         ]
         rows = distill.self_distill(
             target, prompts, d.new_tokens, sampling, cache,
-            batch_size=d.generate_batch_size, progress=config.train.progress,
+            batch_size=d.generate_batch_size, progress=config.train.progress, mesh=mesh,
         )  # fmt: skip
         out.append(distill.as_rows(rows))
     return out[0], out[1]
@@ -324,7 +327,7 @@ def make_steps(config, graphdef, target: Model, start: int = 0, layout=None, sha
     (`loop.place_state`; the frozen target is placed by the same rules); None: one device.
     """
     t_graphdef, t_params = nnx.split(target.module)
-    t_params = parallel.shard_params(t_params, layout, "target parameters")
+    t_params = parallel.shard_params(t_params, layout, "target parameters", target.config.head_dim)
     joint, nan_at = config.joint.enabled, config.train.debug_nan_at_step
     kl = joint and config.joint.kl_weight > 0
 
@@ -416,9 +419,10 @@ def train_heads(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
     if target is None:
         if not config.target:
             raise ValueError("config.target is empty: set it to a checkpoint dir or LM workdir")
-        target = load_model(config.target)
+        target = load_model(config.target, mesh=None if layout is None else layout.mesh)
     target = as_model(target)
-    train_rows, eval_rows = prepare_rows(config, target, workdir)
+    mesh = None if layout is None else layout.mesh
+    train_rows, eval_rows = prepare_rows(config, target, workdir, mesh)
     if config.features.precompute:
         fb, bar = config.features.batch_size, train.progress
         train_rows["hidden"] = precompute_features(

@@ -21,6 +21,7 @@ import logging
 import time
 from pathlib import Path
 
+import jax
 import ml_collections
 import numpy as np
 
@@ -127,9 +128,10 @@ def quickstart(config: ml_collections.ConfigDict, workdir) -> dict:
         / target_summary["decode_ms_per_token"],
         "runs": bench["runs"],
     }
-    (workdir / RESULTS).write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    (workdir / REPORT).write_text(report_markdown(summary))
-    log.info("quickstart report: %s", workdir / REPORT)
+    if jax.process_index() == 0:  # several processes share the workdir: one writer
+        (workdir / RESULTS).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        (workdir / REPORT).write_text(report_markdown(summary))
+        log.info("quickstart report: %s", workdir / REPORT)
     return summary
 
 
