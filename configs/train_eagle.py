@@ -8,8 +8,9 @@ r"""Train an EAGLE-3 drafter (training-time test) or an EAGLE-1 drafter on a fro
         --config.target=<a trained LM workdir> --workdir=/tmp/eagle3   # CI smoke, seconds
 
 On a device mesh the training step runs data- and tensor-parallel (`--config.mesh.data=4
---config.mesh.model=2` on 8 devices; train.batch_size must divide by mesh.data); the target's
-self-distillation and stored features are computed as on one device.
+--config.mesh.model=2` on 8 devices; train.batch_size must divide by mesh.data); the target
+is loaded onto the mesh, and its self-distillation and stored features are computed on it
+(with several processes, process 0 writes them to the shared workdir).
 
 The target is any directory `sj.load_model` loads (an HF checkpoint or a train_lm workdir).
 Then decode with the drafter:

@@ -310,6 +310,14 @@ def constrain_batch(tree, layout: Layout | None, batch: int):
 # ------------------------------------------------------------------------------- the host
 
 
+def barrier(name: str) -> None:
+    """Wait here for every process (nothing with one process). Files under a shared workdir
+    are written by process 0 and read by all: every process reads them after a barrier that
+    follows the write. `name` must be the same string on every process."""
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)
+
+
 def to_host(x) -> np.ndarray:
     """A numpy copy of a (possibly multi-process) array: gathered first where this process
     does not hold all of it."""

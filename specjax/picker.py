@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
+from specjax import parallel
 from specjax.bench import (
     DEFAULT_EAGLE_TREE,
     DEFAULT_MEDUSA_TREE,
@@ -425,6 +426,7 @@ def pick(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
         )
         (workdir / "recommendation.md").write_text(recommendation_markdown(result, workdir))
         log.info("recommendation: %s (written to %s)", choice, workdir)
+    parallel.barrier(f"pick {workdir}")  # every process returns once they exist
     return result
 
 

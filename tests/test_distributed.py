@@ -17,6 +17,14 @@ and the parameter updates within 1e-3 (the sums are split over two processes, so
 ordered differently: tests/mesh/test_train_mesh.py says why AdamW widens the update's bound);
 and each process read only its half of every batch.
 
+The head trainers, end to end (slow): Medusa-1 and EAGLE-3 runs through `train_heads` and
+`train_eagle` with config.mesh.data = 2 over the two processes, sharing one workdir (the
+target loaded onto the mesh, self-distillation generated on it, the features stored once, the
+state checkpointed by orbax from both processes), then resumed for two more steps from that
+checkpoint; against the same two runs in one process. Checked: the summaries agree (the eval
+losses within 1e-4 relative), both resumed from step 4, and the exported heads within 1e-3
+of their update's norm (six AdamW steps of sums split over two processes; see above).
+
 Skipped only where this jaxlib has no CPU collectives (gloo), the one thing two CPU processes
 need to exchange gradients.
 """
@@ -24,6 +32,7 @@ need to exchange gradients.
 import json
 import os
 import socket
+import string
 import subprocess
 import sys
 from pathlib import Path
@@ -34,8 +43,10 @@ import pytest
 from flax import nnx
 
 import specjax as sj
+from configs import train_eagle, train_medusa
+from configs import train_lm as train_lm_configs
 from specjax import parallel
-from specjax.train import data, lm, loop
+from specjax.train import data, eagle, heads, lm, loop
 
 try:  # the jaxlib build: CPU collectives (gloo) are compiled in or not
     from jax._src.lib import _jax as _xla
@@ -46,6 +57,10 @@ except ImportError:
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 150
+TRAINERS_TIMEOUT_S = 600
+HEADS_RTOL = 1e-3  # of the last two steps' update, as UPDATE_RTOL
+ROLES = ("0", "1", "reference")
+NO_GLOO = "this jaxlib has no CPU collectives (gloo): two CPU processes cannot all-reduce"
 # Relative norms per leaf: the AdamW moments after the first step (its gradient) and after
 # the second (whose gradient is taken at parameters that already differ by the first update's
 # amplified rounding), and every parameter's update since the initial state.
@@ -102,14 +117,45 @@ def flatten(prefix: str, state) -> dict:
     return {f"{prefix}/{jax.tree_util.keystr(p)}": np.asarray(x) for p, x in flat}
 
 
-def child(role: str, port: int, out: str) -> None:
+def train_both(workdir: Path, target_dir: str, corpus: str, data_axis: int) -> dict:
+    """Medusa-1 and EAGLE-3 for 4 steps, then resumed to 6: {"<method>/<name>": array}."""
+    out = {}
+    for method in ("medusa", "eagle3"):
+        make, trainer = {
+            "medusa": (train_medusa.get_config, heads.train_heads),
+            "eagle3": (train_eagle.get_config, eagle.train_eagle),
+        }[method]
+        config = make("tiny")
+        config.target = target_dir
+        config.data.update(source=corpus, sample_by="line", max_chars=None, num_prompts=8,
+                           eval_prompts=2, generate_batch_size=4)  # fmt: skip
+        config.features.update(precompute=True, batch_size=4)
+        config.train.update(num_steps=4, warmup_steps=1, checkpoint_every=2, eval_every=4,
+                            log_every=2, eval_batches=1, progress=False)  # fmt: skip
+        config.mesh.data = data_axis
+        summaries = []
+        for stage, steps in (("step4", 4), ("step6", 6)):  # the second resumes from step 4
+            config.train.num_steps = steps
+            summaries.append(trainer(config, workdir / method))
+            draft = sj.load_draft(workdir / method)
+            out.update(flatten(f"{method}/{stage}", nnx.state(draft, nnx.Param)))
+        out[f"{method}/eval_loss"] = np.asarray([s["eval_loss"] for s in summaries])
+        out[f"{method}/resumed_from"] = np.asarray([s["resumed_from"] for s in summaries])
+    return out
+
+
+def child(role: str, port: int, out: str, *trainer_args: str) -> None:
     mesh = None
     if role != "reference":
         parallel.initialize_distributed(f"localhost:{port}", num_processes=2, process_id=int(role))
         assert jax.process_count() == 2 and jax.device_count() == 2, jax.devices()
         mesh = parallel.make_mesh(2, 1)
     jax.config.update("jax_default_matmul_precision", "highest")
-    np.savez(out, **compute(mesh))
+    if trainer_args:
+        workdir, target_dir, corpus = trainer_args
+        np.savez(out, **train_both(Path(workdir), target_dir, corpus, 1 if mesh is None else 2))
+    else:
+        np.savez(out, **compute(mesh))
 
 
 # ------------------------------------------------------------------------------- the test
@@ -121,41 +167,53 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.skipif(
-    not GLOO,
-    reason="this jaxlib has no CPU collectives (gloo): two CPU processes cannot all-reduce",
-)
-def test_two_processes_give_one_process_numbers(tmp_path):
+def run_children(tmp_path: Path, timeout_s: int, args: dict | None = None) -> dict:
+    """Start the two cluster processes and the reference, wait, return {role: numbers}.
+
+    `args`: {role: extra argv} for the trainer children (None: `compute`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
     env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     port = free_port()
-    roles = ["0", "1", "reference"]
     procs = {
         role: subprocess.Popen(
-            [sys.executable, __file__, role, str(port), str(tmp_path / f"{role}.npz")],
+            [
+                sys.executable,
+                __file__,
+                role,
+                str(port),
+                str(tmp_path / f"{role}.npz"),
+                *(args or {}).get(role, []),
+            ],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )  # fmt: skip
-        for role in roles
+        for role in ROLES
     }
     logs = {}
     try:
         for role, proc in procs.items():
-            logs[role] = proc.communicate(timeout=TIMEOUT_S)[0]
+            logs[role] = proc.communicate(timeout=timeout_s)[0]
     except subprocess.TimeoutExpired:
         for proc in procs.values():
             proc.kill()
-        pytest.fail(f"a child ran past {TIMEOUT_S} s: {json.dumps(logs)[-4000:]}")
-    for role, proc in procs.items():
-        assert proc.returncode == 0, f"child {role} failed:\n{logs[role][-6000:]}"
+        pytest.fail(f"a child ran past {timeout_s} s: {json.dumps(logs)[-4000:]}")
+    for role, log in logs.items():
+        (tmp_path / f"{role}.log").write_text(log)
+    failed = [role for role, proc in procs.items() if proc.returncode != 0]
+    assert not failed, "\n".join(f"child {r} failed:\n{logs[r][-4000:]}" for r in failed)
+    return {role: dict(np.load(tmp_path / f"{role}.npz")) for role in ROLES}
 
-    ref = dict(np.load(tmp_path / "reference.npz"))
+
+@pytest.mark.skipif(not GLOO, reason=NO_GLOO)
+def test_two_processes_give_one_process_numbers(tmp_path):
+    numbers = run_children(tmp_path, TIMEOUT_S)
+    ref = numbers["reference"]
     for role in ("0", "1"):
-        got = dict(np.load(tmp_path / f"{role}.npz"))
+        got = numbers[role]
         assert got.keys() == ref.keys()
         # Each process read its own half of every batch; one process reads all of it.
         np.testing.assert_array_equal(
@@ -186,5 +244,48 @@ def test_two_processes_give_one_process_numbers(tmp_path):
         assert moved >= 6
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not GLOO, reason=NO_GLOO)
+def test_the_head_trainers_on_two_processes_give_one_process_heads(tmp_path):
+    lines = []
+    rng = np.random.default_rng(0)
+    for _ in range(200):  # the alphabet in cyclic order from a random letter
+        s = int(rng.integers(26))
+        lines.append(" ".join(string.ascii_lowercase[(s + j) % 26] for j in range(40)))
+    corpus = tmp_path / "cycles.txt"
+    corpus.write_text("\n".join(lines) + "\n")
+    config = train_lm_configs.get_config("tiny")
+    config.data.update(source=str(corpus), sample_by="line", max_chars=None)
+    config.tokenizer.vocab_size = 300
+    config.train.update(num_steps=20, learning_rate=1e-2, progress=False)
+    lm.train_lm(config, tmp_path / "target")
+
+    shared = [str(tmp_path / "cluster"), str(tmp_path / "target"), str(corpus)]
+    args = {"0": shared, "1": shared, "reference": [str(tmp_path / "alone"), *shared[1:]]}
+    numbers = run_children(tmp_path, TRAINERS_TIMEOUT_S, args)
+    ref = numbers["reference"]
+    for role in ("0", "1"):
+        got = numbers[role]
+        assert got.keys() == ref.keys()
+        for method in ("medusa", "eagle3"):
+            np.testing.assert_array_equal(got[f"{method}/resumed_from"], [0, 4])
+            np.testing.assert_allclose(got[f"{method}/eval_loss"], ref[f"{method}/eval_loss"],
+                                       rtol=1e-5)  # fmt: skip
+        moved = 0
+        for key, want in ref.items():
+            method, stage, name = (key.split("/", 2) + ["", ""])[:3]
+            if stage != "step6":
+                continue
+            # Both roles load the heads process 0 exported; the reference's are its own. The
+            # scale: how far the reference's last two (resumed) steps moved this array.
+            err = np.linalg.norm(got[key] - want)
+            scale = np.linalg.norm(want - ref[f"{method}/step4/{name}"])
+            moved += bool(scale > 0)
+            assert err <= HEADS_RTOL * max(scale, 1e-30), f"{role}: {key}: {err:.2e} of {scale:.2e}"
+            np.testing.assert_allclose(got[f"{method}/step4/{name}"], ref[f"{method}/step4/{name}"],
+                                       rtol=1e-4, atol=1e-6, err_msg=key)  # fmt: skip
+        assert moved >= 10, moved
+
+
 if __name__ == "__main__":
-    child(sys.argv[1], int(sys.argv[2]), sys.argv[3])
+    child(sys.argv[1], int(sys.argv[2]), sys.argv[3], *sys.argv[4:])

@@ -27,6 +27,7 @@ from pathlib import Path
 import jax
 from tqdm.auto import tqdm
 
+from specjax import parallel
 from specjax.bench import methods as mt
 from specjax.bench import plots, report, timing
 from specjax.bench.workload import check_inputs, prompts_by_category, resolve_models
@@ -227,4 +228,5 @@ def run_bench(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
         plot_files = plots.make_plots(results, workdir / "plots")
         report.write_report(results, workdir / "report.md", plot_files)
         log.info("benchmark written to %s", workdir)
+    parallel.barrier(f"bench {workdir}")  # every process returns once they exist
     return results

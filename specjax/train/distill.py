@@ -20,9 +20,9 @@ import datasets
 import jax
 import numpy as np
 from flax import nnx
-from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
+from specjax import parallel
 from specjax import sampling as sp
 from specjax.decoding.engine import generate
 from specjax.models import Model
@@ -34,7 +34,7 @@ def target_fingerprint(model: Model) -> str:
     """sha256 of the target's parameters and config: which model generated the data."""
     h = hashlib.sha256(repr(model.config).encode())
     for _, value in sorted(nnx.to_flat_state(nnx.state(model.module, nnx.Param)), key=str):
-        h.update(np.ascontiguousarray(np.asarray(value.get_value())).tobytes())
+        h.update(np.ascontiguousarray(parallel.to_host(value.get_value())).tobytes())
     return h.hexdigest()
 
 
@@ -75,6 +75,7 @@ def self_distill(
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     where = Path(cache_dir) / f"distill-{digest}"
+    parallel.barrier(f"self-distill check {digest}")  # every process decides on the same files
     if (where / "dataset_info.json").is_file():
         log.info("self-distillation data reused from %s", where)
         return datasets.load_from_disk(str(where))
@@ -101,9 +102,64 @@ def self_distill(
         ds.save_to_disk(str(where))
         (where / "key.json").write_text(json.dumps(key, indent=2) + "\n")
         log.info("self-distillation data: %d rows written to %s", len(rows), where)
-    if jax.process_count() > 1:
-        multihost_utils.sync_global_devices(f"self-distill {digest}")
+    parallel.barrier(f"self-distill {digest}")
     return datasets.load_from_disk(str(where))
+
+
+def store_features(
+    directory: Path, key: dict, fn, tokens: np.ndarray, shapes: dict, *, batch_size: int,
+    progress: bool, mesh=None,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """`fn(tokens [b, T]) -> {name: [b, ...]}` over every row, stored once as `<name>.npy`.
+
+    Reused while `key.json` under `directory` equals `key`. Rows go through `fn` in batches
+    of `batch_size` (the last one padded: one shape, one compile). With a device `mesh` each
+    batch is placed replicated on it and each output gathered, so `fn` may close over
+    parameters sharded across processes; every process runs every batch (the forward is a
+    collective) and process 0 alone writes.
+
+    Args:
+      shapes: {name: per-row shape}; the stores are float32 [N, *shape].
+    Returns:
+      {name: array [N, *shape]}, memory-mapped read-only.
+    """
+    paths = {n: directory / f"{n}.npy" for n in shapes}
+    key_path = directory / "key.json"
+    parallel.barrier(f"features check {directory}")
+    if key_path.is_file() and json.loads(key_path.read_text()) == key:
+        if all(p.is_file() for p in paths.values()):
+            log.info("features reused from %s", directory)
+            return {n: np.load(p, mmap_mode="r") for n, p in paths.items()}
+    parallel.barrier(
+        f"features compute {directory}"
+    )  # nobody removes the key before all have read it
+    writer = jax.process_index() == 0
+    N = len(tokens)
+    if writer:
+        directory.mkdir(parents=True, exist_ok=True)
+        key_path.unlink(missing_ok=True)  # a half-written store is never reused
+        out = {
+            n: np.lib.format.open_memmap(p, "w+", np.float32, (N, *shapes[n]))
+            for n, p in paths.items()
+        }
+    replicated = None if mesh is None else parallel.layout_of(mesh).replicated()
+    for start in tqdm(range(0, N, batch_size), desc="features", disable=not progress):
+        chunk = tokens[start : start + batch_size]
+        pad = batch_size - len(chunk)
+        full = np.concatenate([chunk, np.repeat(chunk[:1], pad, 0)]) if pad else chunk
+        if replicated is not None:
+            full = parallel.place(full, replicated)
+        values = {n: parallel.to_host(v) for n, v in fn(full).items()}
+        if writer:
+            for n, v in values.items():
+                out[n][start : start + len(chunk)] = v[: len(chunk)]
+    if writer:
+        for array in out.values():
+            array.flush()
+        del out
+        key_path.write_text(json.dumps(key) + "\n")
+    parallel.barrier(f"features {directory}")
+    return {n: np.load(p, mmap_mode="r") for n, p in paths.items()}
 
 
 def as_rows(ds: datasets.Dataset) -> dict[str, np.ndarray]:

@@ -172,56 +172,39 @@ def _forward(module, tokens, taps: tuple[int, ...]):
 
 
 def precompute_features(target: Model, rows: dict, directory: Path, taps: tuple[int, ...],
-                        batch_size: int, progress: bool) -> dict:  # fmt: skip
+                        batch_size: int, progress: bool, mesh=None) -> dict:  # fmt: skip
     """The target's features for every row, computed once and stored under `directory`.
 
     `hidden.npy` [N, T, D] float32 (post-norm last hidden) and, when `taps` is non-empty,
     `taps.npy` [N, T, len(taps), D] float32 (the residual stream entering each tap layer).
-    Reused while rows, target and taps are unchanged (`key.json`).
+    Reused while rows, target and taps are unchanged (`key.json`). `mesh`: the device mesh
+    the target's parameters live on (None: one device).
 
     Returns:
       {"hidden": array, "taps": array (if taps)}, memory-mapped read-only.
     """
-    directory.mkdir(parents=True, exist_ok=True)
+    tokens = np.asarray(rows["tokens"])
     key = {
         "target": distill.target_fingerprint(target),
-        "rows": hashlib.sha256(np.asarray(rows["tokens"]).tobytes()).hexdigest(),
+        "rows": hashlib.sha256(tokens.tobytes()).hexdigest(),
         "tap_layers": list(taps),
     }
-    names = ("hidden", "taps") if taps else ("hidden",)
-    paths = {n: directory / f"{n}.npy" for n in names}
-    key_path = directory / "key.json"
-    if key_path.is_file() and json.loads(key_path.read_text()) == key:
-        if all(p.is_file() for p in paths.values()):
-            return {n: np.load(p, mmap_mode="r") for n, p in paths.items()}
-    key_path.unlink(missing_ok=True)  # a half-written store is never reused
     graphdef, params = nnx.split(target.module)
 
     @jax.jit
-    def fn(p, t):
+    def forward(p, t):
         hidden, tapped = _forward(nnx.merge(graphdef, p), t, taps)
-        return hidden, (jnp.stack(tapped, axis=2) if taps else hidden)  # [B, T, 3, D]
-
-    tokens = np.asarray(rows["tokens"])
-    N, T = tokens.shape
-    D = target.config.hidden_size
-    shapes = {"hidden": (N, T, D), "taps": (N, T, len(taps), D)}
-    out = {n: np.lib.format.open_memmap(p, "w+", np.float32, shapes[n]) for n, p in paths.items()}
-    from tqdm.auto import tqdm
-
-    for start in tqdm(range(0, N, batch_size), desc="features", disable=not progress):
-        chunk = tokens[start : start + batch_size]
-        pad = batch_size - len(chunk)  # one shape: one compile
-        full = np.concatenate([chunk, np.repeat(chunk[:1], pad, 0)]) if pad else chunk
-        hidden, tapped = jax.device_get(fn(params, full))
-        out["hidden"][start : start + len(chunk)] = hidden[: len(chunk)]
+        out = {"hidden": hidden}
         if taps:
-            out["taps"][start : start + len(chunk)] = tapped[: len(chunk)]
-    for array in out.values():
-        array.flush()
-    del out
-    key_path.write_text(json.dumps(key) + "\n")
-    return {n: np.load(p, mmap_mode="r") for n, p in paths.items()}
+            out["taps"] = jnp.stack(tapped, axis=2)  # [B, T, len(taps), D]
+        return out
+
+    T, D = tokens.shape[1], target.config.hidden_size
+    shapes = {"hidden": (T, D), **({"taps": (T, len(taps), D)} if taps else {})}
+    return distill.store_features(
+        directory, key, lambda t: forward(params, t), tokens, shapes,
+        batch_size=batch_size, progress=progress, mesh=mesh,
+    )  # fmt: skip
 
 
 # -------------------------------------------------------------------- the unrolled drafter
@@ -451,7 +434,7 @@ def train_eagle(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
         taps, fb = tap_layers(config, target), config.features.batch_size
         for name, rows in (("train", train_rows), ("eval", eval_rows)):
             rows.update(precompute_features(target, rows, workdir / FEATURES / name, taps, fb,
-                                            train.progress))  # fmt: skip
+                                            train.progress, mesh))  # fmt: skip
     graphdef, state, schedule = make_state(config, target, counts)
     state, shardings = loop.place_state(state, layout)
     log.info("%s drafter: %d rows of %d tokens (%s)", config.method, data.num_rows(train_rows),
@@ -495,6 +478,9 @@ def train_eagle(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
     if jax.process_index() == 0:
         summary.update(_export(config, head, workdir))
         (workdir / RESULTS).write_text(json.dumps(summary, indent=2) + "\n")
+    parallel.barrier(f"train_eagle export {workdir}")  # every process returns once it exists
+    if jax.process_index() != 0:  # process 0's summary: what its export wrote (or refused)
+        summary = json.loads((workdir / RESULTS).read_text())
     log.info("%s: eval top-1 by step %s", config.method,
              " / ".join(f"{a:.2f}" for a in summary["top1"]))  # fmt: skip
     return summary

@@ -29,6 +29,7 @@ runs), `features/` (precomputed), `distill/` (self-distillation rows, unless
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -205,38 +206,27 @@ def _forward(graphdef, params, tokens):
     return module(tokens, positions, KVCache.for_model(module.config, B, T))
 
 
-def precompute_features(target: Model, rows: dict, directory: Path, batch_size: int, progress):
+def precompute_features(
+    target: Model, rows: dict, directory: Path, batch_size: int, progress, mesh=None
+):  # fmt: skip
     """The target's `last_hidden` for every row, stored once as `hidden.npy` [N, T, D] float32.
 
     Reused when the rows and the target are unchanged (`key.json` records both hashes).
+    `mesh`: the device mesh the target's parameters live on (None: one device).
     Returns the array (memory-mapped, read-only).
     """
-    import hashlib
-
-    directory.mkdir(parents=True, exist_ok=True)
     key = {
         "target": distill.target_fingerprint(target),
         "rows": hashlib.sha256(rows["tokens"].tobytes()).hexdigest(),
     }
-    path, key_path = directory / "hidden.npy", directory / "key.json"
-    if path.is_file() and key_path.is_file() and json.loads(key_path.read_text()) == key:
-        return np.load(path, mmap_mode="r")
     graphdef, params = nnx.split(target.module)
-    fn = jax.jit(lambda p, t: _forward(graphdef, p, t).last_hidden)
-    tokens = rows["tokens"]
-    N, T = tokens.shape
-    out = np.lib.format.open_memmap(path, "w+", np.float32, (N, T, target.config.hidden_size))
-    from tqdm.auto import tqdm
-
-    for start in tqdm(range(0, N, batch_size), desc="features", disable=not progress):
-        chunk = tokens[start : start + batch_size]
-        pad = batch_size - len(chunk)  # one shape: one compile
-        full = np.concatenate([chunk, np.repeat(chunk[:1], pad, 0)]) if pad else chunk
-        out[start : start + len(chunk)] = np.asarray(fn(params, full))[: len(chunk)]
-    out.flush()
-    del out
-    key_path.write_text(json.dumps(key) + "\n")
-    return np.load(path, mmap_mode="r")
+    forward = jax.jit(lambda p, t: _forward(graphdef, p, t).last_hidden)
+    stored = distill.store_features(
+        directory, key, lambda t: {"hidden": forward(params, t)}, rows["tokens"],
+        {"hidden": (rows["tokens"].shape[1], target.config.hidden_size)},
+        batch_size=batch_size, progress=progress, mesh=mesh,
+    )  # fmt: skip
+    return stored["hidden"]
 
 
 # ----------------------------------------------------------------------------------- steps
@@ -425,12 +415,9 @@ def train_heads(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
     train_rows, eval_rows = prepare_rows(config, target, workdir, mesh)
     if config.features.precompute:
         fb, bar = config.features.batch_size, train.progress
-        train_rows["hidden"] = precompute_features(
-            target, train_rows, workdir / FEATURES / "train", fb, bar
-        )
-        eval_rows["hidden"] = precompute_features(
-            target, eval_rows, workdir / FEATURES / "eval", fb, bar
-        )
+        for name, rows in (("train", train_rows), ("eval", eval_rows)):
+            rows["hidden"] = precompute_features(target, rows, workdir / FEATURES / name, fb,
+                                                 bar, mesh)  # fmt: skip
     graphdef, state, schedule = make_state(config, target)
     state, shardings = loop.place_state(state, layout)
     log.info("%s heads: %d rows of %d tokens (%s)", config.method, data.num_rows(train_rows),
@@ -488,14 +475,15 @@ def train_heads(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
         "train_seconds": round(seconds, 2),
         "heads_dir": str(workdir / HEADS_DIR),
     }
+    if isinstance(trainable, Joint):
+        summary.update(hf_dir=str(workdir / HF), eval_lm_loss=final.get("eval/lm_loss"))
     if jax.process_index() == 0:
         save_draft(heads, workdir / HEADS_DIR, layout="specjax")
-        for layout in config.export.layouts:
-            save_draft(heads, workdir / "export" / layout, layout=layout)
+        for name in config.export.layouts:
+            save_draft(heads, workdir / "export" / name, layout=name)
         if isinstance(trainable, Joint):
             save_hf(Model(trainable.target, target.tokenizer, str(workdir / HF)), workdir / HF)
-            summary["hf_dir"] = str(workdir / HF)
-            summary["eval_lm_loss"] = final.get("eval/lm_loss")
         (workdir / RESULTS).write_text(json.dumps(summary, indent=2) + "\n")
+    parallel.barrier(f"train_heads export {workdir}")  # every process returns once it exists
     log.info("heads: eval top-1 %s", " / ".join(f"{a:.2f}" for a in summary["top1"]))
     return summary

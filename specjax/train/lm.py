@@ -349,6 +349,7 @@ def train_lm(config: ml_collections.ConfigDict, workdir) -> dict:
         save_hf(Model(decoder, tokenizer), workdir / HF)
         results = {"task": "train_lm", "runs": [summary]}
         (workdir / RESULTS).write_text(json.dumps(results, indent=2) + "\n")
+    parallel.barrier(f"train_lm export {workdir}")  # every process returns once it exists
     log.info(
         "trained: eval loss %.3f, perplexity %.1f", summary["eval_loss"], summary["eval_perplexity"]
     )

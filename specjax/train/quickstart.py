@@ -25,6 +25,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from specjax import parallel
 from specjax.bench.harness import run_bench
 from specjax.bench.markdown import table
 from specjax.decoding.engine import generate
@@ -132,6 +133,7 @@ def quickstart(config: ml_collections.ConfigDict, workdir) -> dict:
         (workdir / RESULTS).write_text(json.dumps(summary, indent=2, default=str) + "\n")
         (workdir / REPORT).write_text(report_markdown(summary))
         log.info("quickstart report: %s", workdir / REPORT)
+    parallel.barrier(f"quickstart {workdir}")  # every process returns once they exist
     return summary
 
 
