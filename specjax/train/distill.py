@@ -125,14 +125,13 @@ def store_features(
     """
     paths = {n: directory / f"{n}.npy" for n in shapes}
     key_path = directory / "key.json"
-    parallel.barrier(f"features check {directory}")
     if key_path.is_file() and json.loads(key_path.read_text()) == key:
         if all(p.is_file() for p in paths.values()):
             log.info("features reused from %s", directory)
             return {n: np.load(p, mmap_mode="r") for n, p in paths.items()}
-    parallel.barrier(
-        f"features compute {directory}"
-    )  # nobody removes the key before all have read it
+    # Nothing is written before every process has looked at the key (and missed: with no
+    # writes before this point, they all see the same files).
+    parallel.barrier(f"features compute {directory}")
     writer = jax.process_index() == 0
     N = len(tokens)
     if writer:

@@ -411,6 +411,7 @@ def train_eagle(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
     """
     check_config(config)
     layout = loop.make_layout(config)  # a bad mesh is refused before anything is loaded
+    mesh = None if layout is None else layout.mesh
     workdir = Path(workdir).absolute()
     workdir.mkdir(parents=True, exist_ok=True)
     train = config.train
@@ -419,7 +420,7 @@ def train_eagle(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
     if target is None:
         if not config.target:
             raise ValueError("config.target is empty: set it to a checkpoint dir or LM workdir")
-        target = load_model(config.target, mesh=None if layout is None else layout.mesh)
+        target = load_model(config.target, mesh=mesh)
     target = as_model(target)
     V = target.config.vocab_size
     if config.head.draft_vocab_size > V:
@@ -427,7 +428,6 @@ def train_eagle(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
             f"config.head.draft_vocab_size={config.head.draft_vocab_size} exceeds the "
             f"target's vocab_size={V}"
         )
-    mesh = None if layout is None else layout.mesh
     train_rows, eval_rows = th.prepare_rows(config, target, workdir, mesh)
     counts = token_counts(train_rows, V)
     if config.features.precompute:

@@ -401,6 +401,7 @@ def train_heads(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
     """
     check_config(config)
     layout = loop.make_layout(config)  # a bad mesh is refused before anything is loaded
+    mesh = None if layout is None else layout.mesh
     workdir = Path(workdir).absolute()
     workdir.mkdir(parents=True, exist_ok=True)
     train = config.train
@@ -409,9 +410,8 @@ def train_heads(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
     if target is None:
         if not config.target:
             raise ValueError("config.target is empty: set it to a checkpoint dir or LM workdir")
-        target = load_model(config.target, mesh=None if layout is None else layout.mesh)
+        target = load_model(config.target, mesh=mesh)
     target = as_model(target)
-    mesh = None if layout is None else layout.mesh
     train_rows, eval_rows = prepare_rows(config, target, workdir, mesh)
     if config.features.precompute:
         fb, bar = config.features.batch_size, train.progress
