@@ -57,6 +57,7 @@ from specjax.bench import (
 )
 from specjax.bench import methods as mt
 from specjax.bench.markdown import table
+from specjax.bench.verify_cost import cost_at, measure_verify_cost
 from specjax.bench.workload import check_inputs, prompts_by_category, resolve_models
 from specjax.heads import EagleHead
 from specjax.models import as_model
@@ -106,6 +107,10 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.prompt_tokens = 64
     cfg.max_new_tokens = 64
     cfg.cost_tokens = 128  # generation length for timing c (and half of it, differenced)
+    # The target forward over T-token blocks in one-token forwards, measured on this device
+    # (`specjax.bench.verify_cost`); False: verification free, the paper's model.
+    cfg.verify_cost = True
+    cfg.verify_blocks = (1, 2, 3, 5, 8, 12, 16, 24, 32, 48, 65)
     cfg.prompts_file = ""  # "" = held-out prompts of `data`; else .txt (a prompt a line) / .jsonl
     cfg.data = ml_collections.ConfigDict(dict(source="embedded", eval_fraction=0.05, seed=0))
     cfg.measure = True
@@ -295,9 +300,12 @@ def _measure_alpha(cfg, runner, workloads, name, draft) -> dict:
     }
 
 
-def _predictions(cfg, name: str, alpha: float, c: float, n_limit: int | None = None) -> list[dict]:
+def _predictions(
+    cfg, name: str, alpha: float, c: float, n_limit: int | None = None, curve=None
+) -> list[dict]:
     """Predicted tau and speedup for N = 1..n_max (trees: up to max_draft_nodes nodes; head
-    methods: up to the heads stored, `n_limit`)."""
+    methods: up to the heads stored, `n_limit`), the verify forward of the step's nodes + 1
+    tokens priced by the measured `curve` (None: free, the paper's model)."""
     method = mt.get_method(name)
     rows = []
     last = int(cfg.n_max) if n_limit is None else min(int(cfg.n_max), n_limit)
@@ -305,18 +313,20 @@ def _predictions(cfg, name: str, alpha: float, c: float, n_limit: int | None = N
         nodes = method.num_nodes(cfg, n)
         if n > 1 and nodes > cfg.max_draft_nodes:
             break
+        v = cost_at(curve, nodes + 1)
         rows.append(
             {
                 "n": n,
                 "draft_nodes": nodes,
+                "verify_cost": v,
                 "tokens_per_call": expected_tokens_per_call(alpha, n),
-                "speedup": expected_speedup(alpha, n, c),
+                "speedup": expected_speedup(alpha, n, c, v),
             }
         )
     return rows
 
 
-def _measure_candidates(cfg, runner, workloads, candidates, draft, per_method) -> list[dict]:
+def _measure_candidates(cfg, runner, workloads, candidates, draft, per_method, curve) -> list[dict]:
     rows = []
     for cand in candidates:
         name, n = cand["method"], cand["n"]
@@ -327,16 +337,17 @@ def _measure_candidates(cfg, runner, workloads, candidates, draft, per_method) -
         t = timing.median([sum(x) for x in zip(*(c["times_s"] for c in cats), strict=True)])
         t_ar = timing.median([sum(x) for x in zip(*(c["ar_times_s"] for c in cats), strict=True)])
         c = per_method[name]["c"]
+        v = cost_at(curve, cand["draft_nodes"] + 1)
         rows.append(
             {
                 **cand,
                 "measured_tau": stats["tau"],
                 "measured_speedup": t_ar / t,
                 # What the model leaves out, in target decode steps per speculative step:
-                # measured step time = t_target (N c + 1 + overhead), so
-                # overhead = tau / speedup - (N c + 1). Verification of N+1 tokens not being
-                # free, sampling and acceptance work, and tree width all land here.
-                "overhead_steps": stats["tau"] * t / t_ar - (n * c + 1.0),
+                # measured step time = t_target (N c + v + overhead), so
+                # overhead = tau / speedup - (N c + v), v the measured verify cost of the
+                # block (1 without a curve). Sampling and acceptance work land here.
+                "overhead_steps": stats["tau"] * t / t_ar - (n * c + v),
                 "compile_s": measured["compile_s"],
             }
         )
@@ -378,6 +389,15 @@ def pick(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
         for slot, h in drafts.heads
     }  # fmt: skip
     cost["heads"] = head_cost
+    curve = None
+    if cfg.verify_cost:
+        room = target.config.max_position_embeddings - int(cfg.prompt_tokens)
+        blocks = [b for b in cfg.verify_blocks if b <= min(int(cfg.max_draft_nodes) + 1, room)]
+        curve = measure_verify_cost(target, blocks, context=int(cfg.prompt_tokens),
+                                    repeats=int(cfg.repeats))  # fmt: skip
+        log.info("verify cost (target forwards): %s", dict(zip(curve["blocks"],
+                 (round(x, 2) for x in curve["cost"]), strict=True)))  # fmt: skip
+    cost["verify_curve"] = curve
     log.info("pick 2/3: alpha of %s at T=%g", ", ".join(names), cfg.temperature)
     per_method = {}
     for name in names:
@@ -387,7 +407,7 @@ def pick(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
         if method.needs_heads:
             entry["c"] = head_cost[method.needs_heads]["c"]
             limit = _head_limit(drafts.head(method.needs_heads))
-        entry["predictions"] = _predictions(cfg, name, entry["alpha"], entry["c"], limit)
+        entry["predictions"] = _predictions(cfg, name, entry["alpha"], entry["c"], limit, curve)
         per_method[name] = entry
         log.info("%s: tau %.2f, alpha %.3f, c %.3f", name, entry["tau"], entry["alpha"], entry["c"])
     ranked = sorted(
@@ -407,7 +427,7 @@ def pick(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
     if cfg.measure and best_per_method:
         top = best_per_method[: max(int(cfg.measure_top), 1)]
         log.info("pick 3/3: measuring %s", ", ".join(f"{r['method']} N={r['n']}" for r in top))
-        measured = _measure_candidates(cfg, runner, workloads, top, drafts, per_method)
+        measured = _measure_candidates(cfg, runner, workloads, top, drafts, per_method, curve)
     choice = _choose(best_per_method, measured)
     result = {
         "machine": timing.machine_info(),
@@ -482,6 +502,22 @@ def _methods_table(result: dict) -> str:
     return table(header, rows, "lrrrrrrr")
 
 
+def _verify_line(curve) -> str:
+    if not curve:
+        return "Verify cost: not measured (verification priced as one target step)."
+    pairs = ", ".join(f"{b}: {x:.2f}" for b, x in zip(curve["blocks"], curve["cost"], strict=True))
+    kernel = "on" if curve.get("cpu_kernel") else "off"
+    return f"Verify cost v by block size (tokens: target steps; CPU kernel {kernel}): {pairs}."
+
+
+def _cpu_line(machine: dict) -> str:
+    cpu = machine.get("cpu") or {}
+    if not cpu:
+        return str(machine.get("processor"))
+    ext = "/".join(cpu.get("vector_extensions", [])) or "no AVX"
+    return f"{cpu.get('model')} ({ext}; caches {cpu.get('caches')})"
+
+
 def recommendation_markdown(result: dict, workdir) -> str:
     """recommendation.md: the pick, predicted vs measured, and what the prediction used."""
     choice, cfg, cost = result["choice"], result["config"], result["cost"]
@@ -522,13 +558,17 @@ def recommendation_markdown(result: dict, workdir) -> str:
         "",
         _methods_table(result),
         "",
-        "Model: speedup = (1 - a^(N+1)) / ((1 - a)(N c + 1)) with i.i.d. acceptance a "
-        "(Leviathan et al. 2023). It ignores the verification pass growing with N (and with "
-        "a tree's width) and per-step overheads; step overhead = measured tau / measured "
-        "speedup - (N c + 1) is that omission in target decode steps per speculative step. "
-        "The measured columns are the ground truth on this machine.",
+        "Model: speedup = (1 - a^(N+1)) / ((1 - a)(N c + v)) with i.i.d. acceptance a "
+        "(Leviathan et al. 2023), v the target forward over the step's nodes + 1 tokens in "
+        "one-token forwards, measured on this device (1 when the curve is off: the paper's "
+        "free verification). Step overhead = measured tau / measured speedup - (N c + v) is "
+        "what it still leaves out (sampling, the acceptance walk, proposer bookkeeping), in "
+        "target decode steps per speculative step. The measured columns are the ground "
+        "truth on this machine.",
         "",
-        f"Machine: {result['machine']['processor']}, {result['machine']['cpu_count']} CPUs, "
+        _verify_line(cost.get("verify_curve")),
+        "",
+        f"Machine: {_cpu_line(result['machine'])}, {result['machine']['cpu_count']} CPUs, "
         f"jax {result['machine']['jax']} ({result['machine']['backend']}). "
         f"Written to `{workdir}`.",
         "",

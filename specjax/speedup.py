@@ -37,25 +37,34 @@ def expected_tokens_per_call(alpha: float, n: int) -> float:
     return float(sum(alpha**i for i in range(n + 1)))
 
 
-def expected_speedup(alpha: float, n: int, c: float) -> float:
-    """(1 - alpha^(n+1)) / ((1 - alpha)(n c + 1)): speedup over autoregressive decoding.
+def expected_speedup(alpha: float, n: int, c: float, verify_cost: float = 1.0) -> float:
+    """(1 - alpha^(n+1)) / ((1 - alpha)(n c + v)): speedup over autoregressive decoding.
 
     Args:
       alpha: per-token acceptance probability in [0, 1].
       n: drafts per step (0 = autoregressive: speedup 1).
       c: cost of one draft step in target steps (>= 0).
+      verify_cost: v, the target forward over the step's block in one-token forwards: 1 on
+        hardware where verifying is free (the paper's model), the measured curve's value at
+        the block size elsewhere (`specjax.bench.verify_cost`).
     """
     _check(alpha, n, c)
-    return expected_tokens_per_call(alpha, n) / (n * c + 1.0)
+    check_real("verify_cost", verify_cost, 0.0)
+    if n == 0:
+        return 1.0
+    return expected_tokens_per_call(alpha, n) / (n * c + verify_cost)
 
 
-def optimal_n(alpha: float, c: float, n_max: int) -> int:
+def optimal_n(alpha: float, c: float, n_max: int, verify_cost=None) -> int:
     """The N in 0..n_max with the highest expected speedup (0 = do not speculate).
 
+    verify_cost: None (verification free) or a function of the block size (N + 1 tokens)
+    giving the verify forward in target steps, e.g. `lambda t: cost_at(curve, t)`.
     Ties go to the smaller N (less draft work for the same gain).
     """
     _check(alpha, n_max, c)
-    speedups = [expected_speedup(alpha, n, c) for n in range(n_max + 1)]
+    v = (lambda tokens: 1.0) if verify_cost is None else verify_cost
+    speedups = [expected_speedup(alpha, n, c, v(n + 1)) for n in range(n_max + 1)]
     best = max(speedups)
     return next(n for n, s in enumerate(speedups) if s >= best - 1e-12)
 

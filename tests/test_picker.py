@@ -8,6 +8,7 @@ import pytest
 
 import specjax as sj
 from specjax import picker
+from specjax.bench.verify_cost import cost_at
 from specjax.speedup import expected_speedup
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,6 +49,7 @@ def tiny_pick_config():
     cfg.cost_tokens = 16  # the same program buckets as the rest: nothing new to compile
     cfg.measure_top = 1
     cfg.repeats = 1
+    cfg.verify_blocks = (1, 3, 9)  # few compiles; sizes between are interpolated
     return cfg
 
 
@@ -69,6 +71,9 @@ def test_pick_end_to_end(pair, tmp_path):
     drafter = cost["heads"]["eagle3"]  # one drafter call per drafted token
     assert drafter["c"] == pytest.approx(drafter["heads_step_s"] / cost["target_step_s"])
     assert drafter["heads_step_s"] > 0
+    curve = cost["verify_curve"]  # the target's own forward over 1, 3 and 9-token blocks
+    assert curve["blocks"] == [1, 3, 9] and curve["cost"][0] == 1.0 and curve["cpu_kernel"]
+    assert all(x > 0 for x in curve["seconds"])
     assert set(rec["methods"]) == {"draft_model", "ngram", "medusa_chain", "eagle3"}
     for name, entry in rec["methods"].items():
         assert 0.0 <= entry["alpha"] <= 1.0 and entry["n_measured"] == 2
@@ -79,7 +84,9 @@ def test_pick_end_to_end(pair, tmp_path):
         want_n = [1, 2, 3] if name == "medusa_chain" else [1, 2, 3, 4]
         assert [p["n"] for p in entry["predictions"]] == want_n
         for p in entry["predictions"]:
-            want = expected_speedup(entry["alpha"], p["n"], entry["c"])
+            v = cost_at(curve, p["draft_nodes"] + 1)
+            assert p["verify_cost"] == v
+            want = expected_speedup(entry["alpha"], p["n"], entry["c"], v)
             assert p["speedup"] == pytest.approx(want)
     # The truncated draft shares embedding and head with the target: some drafts accepted.
     assert rec["methods"]["draft_model"]["alpha"] > 0
@@ -90,7 +97,8 @@ def test_pick_end_to_end(pair, tmp_path):
     assert (measured["method"], measured["n"]) == (best["method"], best["n"])
     assert measured["measured_speedup"] > 0 and measured["measured_tau"] >= 1.0
     c = rec["methods"][best["method"]]["c"]
-    implied = measured["measured_tau"] / measured["measured_speedup"] - (best["n"] * c + 1)
+    v = cost_at(curve, best["draft_nodes"] + 1)
+    implied = measured["measured_tau"] / measured["measured_speedup"] - (best["n"] * c + v)
     assert measured["overhead_steps"] == pytest.approx(implied)
     # The pick is the measured candidate when it beats autoregressive, else do not speculate.
     if measured["measured_speedup"] > 1.0:

@@ -54,6 +54,17 @@ def test_optimal_n_hand_computed():
     assert speedup.optimal_n(0.0, 0.0, 8) == 0
 
 
+def test_verify_cost_moves_the_optimum():
+    # alpha 0.8, free drafts, verification growing 0.25 steps per token past the first:
+    # N=1 1.8/1.25 = 1.44, N=2 2.44/1.5 = 1.627, N=3 2.952/1.75 = 1.687, N=4 3.3616/2 = 1.681.
+    assert speedup.expected_speedup(0.8, 2, 0.0, 1.5) == pytest.approx(2.44 / 1.5)
+    grow = lambda tokens: 1.0 + 0.25 * (tokens - 1)
+    assert speedup.optimal_n(0.8, 0.0, 8, grow) == 3
+    assert speedup.optimal_n(0.8, 0.0, 8) == 8  # free verification: the longest chain
+    with pytest.raises(ValueError, match="verify_cost"):
+        speedup.expected_speedup(0.8, 2, 0.0, -1.0)
+
+
 def test_alpha_from_tau_inverts_expected_tokens():
     assert speedup.alpha_from_tau(1.75, 2) == pytest.approx(0.5, abs=1e-12)
     assert speedup.alpha_from_tau(1.8, 1) == pytest.approx(0.8, abs=1e-12)

@@ -92,6 +92,9 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.dynamic_tree = dynamic_tree_config()
     cfg.lookahead = lookahead_config()
     cfg.batch_sizes = (1, 8)
+    # Block sizes of the target's verify-cost curve in the report (`bench.verify_cost`); ()
+    # skips it.
+    cfg.verify_blocks = (1, 2, 3, 5, 8, 12, 16, 24, 32)
     cfg.temperatures = (0.0, 1.0)
     cfg.max_new_tokens = 64
     cfg.prompt_tokens = 64

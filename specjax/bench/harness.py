@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from specjax import parallel
 from specjax.bench import methods as mt
 from specjax.bench import plots, report, timing
+from specjax.bench.verify_cost import measure_verify_cost
 from specjax.bench.workload import check_inputs, prompts_by_category, resolve_models
 from specjax.speedup import alpha_from_acceptance
 
@@ -167,6 +168,25 @@ def _describe_heads(heads) -> str:
     )
 
 
+def _verify_curves(cfg, target) -> list[dict]:
+    """The target's verify-cost curve at every batch size of the grid (`cfg.verify_blocks`;
+    empty: not measured)."""
+    room = target.config.max_position_embeddings - int(cfg.prompt_tokens)
+    blocks = [int(b) for b in cfg.get("verify_blocks", ()) if int(b) <= room]
+    if not blocks:
+        return []
+    return [
+        measure_verify_cost(
+            target,
+            blocks,
+            batch=int(b),
+            context=int(cfg.prompt_tokens),
+            repeats=max(int(cfg.repeats), 3),
+        )  # fmt: skip
+        for b in cfg.batch_sizes
+    ]
+
+
 def run_bench(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
     """Benchmark every method in `cfg.methods` against autoregressive decoding.
 
@@ -177,7 +197,8 @@ def run_bench(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
       target, draft: optional Models used instead of `cfg.target` / `cfg.draft`.
       heads: optional {slot: heads} used instead of `cfg.heads.<slot>` paths.
     Returns:
-      The results dict written to `<workdir>/results.json`: {"machine", "config", "runs",
+      The results dict written to `<workdir>/results.json`: {"machine", "config",
+      "verify_cost" (the target's forward over T-token blocks per batch size), "runs",
       "tau_vs_n", "models", "command", "prompts"}; each run row has method, category,
       batch_size, temperature, tau, acceptance_by_position,
       conditional_acceptance_by_position, tokens_per_s, ar_tokens_per_s, speedup,
@@ -210,9 +231,11 @@ def run_bench(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
             singles = {c: timing.make_batches(p, 1) for c, p in prompts.items()}
             tau_vs_n = _tau_vs_n(cfg, runner, singles, drafts, runs)
             progress.update()
+    verify = _verify_curves(cfg, target)
     results = {
         "machine": machine,
         "config": cfg.to_dict(),
+        "verify_cost": verify,
         "models": {
             "target": repr(target),
             "draft": repr(draft) if draft else None,

@@ -179,6 +179,26 @@ def _compile_table(runs: list[dict]) -> list[str]:
     )
 
 
+def _verify_table(curves: list[dict]) -> list[str]:
+    """One row per batch size: the target forward over T tokens in one-token forwards."""
+    if not curves:
+        return []
+    blocks = curves[0]["blocks"]
+    rows = [[c["batch"], f"{c['seconds'][0] * 1e3:.2f}", *(f"{x:.2f}" for x in c["cost"])]
+            for c in curves]  # fmt: skip
+    kernel = "on" if curves[0].get("cpu_kernel") else "off"
+    return [
+        "## Verify cost",
+        "",
+        f"The target's forward over a block of T tokens, in one-token forwards (AR steps), "
+        f"over {curves[0]['context']} committed tokens; CPU kernel {kernel}. A step that "
+        "verifies N draft nodes pays the T = N + 1 column (the picker prices it so).",
+        "",
+        table(["batch", "1-token ms", *(f"T={b}" for b in blocks)], rows),
+        "",
+    ]
+
+
 def write_report(results: dict, path, plot_files: dict | None = None) -> Path:
     """Write report.md for `results` (the dict of results.json).
 
@@ -207,6 +227,7 @@ def write_report(results: dict, path, plot_files: dict | None = None) -> Path:
         *_acceptance_table(results["runs"]),
         *_tau_vs_n_table(results.get("tau_vs_n", [])),
         *_compile_table(results["runs"]),
+        *_verify_table(results.get("verify_cost", [])),
     ]
     if plot_files:
         lines += ["## Plots", ""]

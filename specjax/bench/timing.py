@@ -24,6 +24,7 @@ import time
 import jax
 import numpy as np
 
+from specjax import kernels
 from specjax import sampling as sp
 from specjax.decoding import engine
 from specjax.decoding.engine import acceptance_rates
@@ -43,6 +44,9 @@ def machine_info() -> dict:
         "jax": jax.__version__,
         "backend": jax.default_backend(),
         "devices": [f"{d.platform}:{d.device_kind}" for d in devices],
+        # The CPU by model, vector extensions and caches: an AVX2 figure is not an AVX-512 one.
+        "cpu": kernels.build.cpu_description(),
+        "cpu_kernel": kernels.available(),
     }
     if hasattr(os, "getloadavg"):
         info["load_average_1m_at_start"] = round(os.getloadavg()[0], 2)

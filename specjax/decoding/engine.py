@@ -18,9 +18,8 @@ from collections.abc import Iterator
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
-from specjax import parallel
+from specjax import kernels, parallel
 from specjax import sampling as sp
 from specjax.cache import KVCache, check_room
 from specjax.decoding import prompts as pr
@@ -311,9 +310,11 @@ def _setup(
     rows, static, args = _prepare(
         model, prompts, max_new_tokens, sampling, stop_token_ids, seeds, spec, layout
     )
-    graphdef, params = nnx.split(model.module)
+    # Weights packed once for the CPU kernel; a mesh shards the standard layout instead.
+    graphdef, params = kernels.split_for_decode(model.module, pack=False if layout else None)
     static = dataclasses.replace(static, graphdef=graphdef)
     if layout is not None:
+        spec_params = kernels.standard_layout(spec_params)
         head_dim = model.config.head_dim
         draft = (speculative_config or {}).get("model")
         draft_head_dim = getattr(getattr(draft, "config", None), "head_dim", None) or head_dim

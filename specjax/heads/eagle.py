@@ -265,7 +265,7 @@ class EagleHead(nnx.Module):
 
     def layer_input(self, target: Decoder, tokens, feature):
         """(qkv input [B, T, H or 2H], residual [B, T, H]) for tokens [B, T], feature [B, T, H]."""
-        emb = target.embedder(tokens).astype(feature.dtype)  # [B, T, H] the target's table
+        emb = target.lookup(tokens).astype(feature.dtype)  # [B, T, H] the target's table
         if self.config.method == "eagle":
             x = self.fc(jnp.concatenate([emb, feature], axis=-1))  # [B, T, H]
             return x, x

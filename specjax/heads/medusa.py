@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from specjax import kernels
 from specjax.models import Decoder, as_model
 from specjax.validate import check_int
 
@@ -117,6 +118,9 @@ class MedusaHeads(nnx.Module):
         module: Decoder = model.module
         return cls(config, lm_head=target_lm_head(module))
 
+    def packed_params(self) -> dict:
+        return {("w",): kernels.pack_layers, ("lm_head",): kernels.pack}
+
     def __call__(self, h, num_heads: int | None = None):
         """h: [..., D] the target's last hidden state -> [..., K, V] float32 logits.
 
@@ -127,17 +131,18 @@ class MedusaHeads(nnx.Module):
         one head does.
         """
         c = self.config
-        w = self.w[...]  # [K, Lb, D, D]
+        w = self.w[...]  # [K, Lb, D, D] (or its packed layers)
         b = None if self.b is None else self.b[...]  # [K, Lb, D]
         K = c.num_heads
-        x = jnp.broadcast_to(h[..., None, :], (*h.shape[:-1], K, h.shape[-1])).astype(w.dtype)
+        dt = jnp.dtype(c.dtype)
+        x = jnp.broadcast_to(h[..., None, :], (*h.shape[:-1], K, h.shape[-1])).astype(dt)
         for layer in range(c.num_layers):
             blk = 0 if c.shared_blocks else layer
-            y = jnp.einsum("...kd,kde->...ke", x, w[:, blk])  # [..., K, D]
+            y = kernels.per_group_matmul(x, kernels.layer(w, blk))  # [..., K, D]
             if b is not None:
                 y = y + b[:, blk]
             x = x + jax.nn.silu(y)  # [..., K, D]
-        logits = jnp.einsum("...kd,kdv->...kv", x, self.lm_head[...])  # [..., K, V]
+        logits = kernels.per_group_matmul(x, self.lm_head[...])  # [..., K, V]
         if num_heads is not None:
             logits = logits[..., :num_heads, :]
         return logits.astype(jnp.float32)

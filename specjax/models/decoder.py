@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from specjax import kernels
 from specjax.cache import KVCache
 from specjax.models.config import ModelConfig, rope_inv_freq
 
@@ -36,16 +37,33 @@ class ForwardOutput(NamedTuple):
     cache: KVCache
 
 
+class Dense(nnx.Module):
+    """y = x @ kernel + bias, the product through `specjax.kernels.matmul`.
+
+    The parameters are `nnx.Linear`'s (`kernel` [in, out], `bias` [out]) under the same names,
+    so checkpoints, HF names and sharding rules are unchanged; before decoding on the CPU the
+    kernel is laid out once for the few-row kernel (`packed_params`).
+    """
+
+    def __init__(self, d_in: int, d_out: int, *, use_bias: bool, dtype, rngs: nnx.Rngs):
+        self.kernel = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (d_in, d_out), dtype))
+        if use_bias:
+            rngs.params()  # the key nnx.Linear draws for its bias: the same init stream
+        self.bias = nnx.Param(jnp.zeros((d_out,), dtype)) if use_bias else None
+        self.dtype = dtype
+
+    def packed_params(self) -> dict:
+        return {("kernel",): kernels.pack}
+
+    def __call__(self, x):  # [..., in] -> [..., out] in the layer's dtype
+        y = kernels.matmul(x.astype(self.dtype), self.kernel[...])
+        if self.bias is not None:
+            y = y + self.bias[...]
+        return y
+
+
 def _dense(rngs, d_in, d_out, bias, dtype):
-    return nnx.Linear(
-        d_in,
-        d_out,
-        use_bias=bias,
-        dtype=dtype,
-        param_dtype=dtype,
-        rngs=rngs,
-        kernel_init=nnx.initializers.normal(0.02),
-    )
+    return Dense(d_in, d_out, use_bias=bias, dtype=dtype, rngs=rngs)
 
 
 class RMSNorm(nnx.Module):
@@ -265,9 +283,20 @@ class Decoder(nnx.Module):
     def embedder(self) -> nnx.Embed:
         return self.embed_tokens if self.config.is_llama else self.wte
 
+    def packed_params(self) -> dict:
+        """A tied table is packed for the LM head; token rows are read from its panels."""
+        if not self.config.tie_word_embeddings:
+            return {}
+        name = "embed_tokens" if self.config.is_llama else "wte"
+        return {(name, "embedding"): lambda w: kernels.pack(w, table=True)}
+
+    def lookup(self, tokens):
+        """The token embeddings alone: tokens [...] -> [..., D] (no position embedding)."""
+        return kernels.embed_lookup(self.embedder.embedding[...], tokens)
+
     def embed(self, tokens, positions):
         """tokens, positions: [B, T] -> [B, T, D]."""
-        x = self.embedder(tokens)
+        x = self.lookup(tokens)
         if not self.config.is_llama:
             x = x + self.wpe(positions)
         return x
@@ -281,9 +310,11 @@ class Decoder(nnx.Module):
         Draft heads that read the target's `last_hidden` share this head (never a copy).
         """
         if self.config.tie_word_embeddings:
+            E = self.embedder.embedding[...]
+            if isinstance(E, kernels.PackedWeight):
+                return kernels.matmul(x, E).astype(jnp.float32)
             # Contract with the [V, D] table as stored. `nnx.Embed.attend` writes `x @ E.T`, and
             # XLA:CPU fuses that transpose into a strided loop (2x slower per decode step).
-            E = self.embedder.embedding[...]
             logits = jax.lax.dot_general(x, E.astype(x.dtype), (((x.ndim - 1,), (1,)), ((), ())))
         else:
             logits = self.lm_head(x)

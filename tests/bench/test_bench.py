@@ -36,6 +36,7 @@ def tiny_config(methods):
     cfg.prompt_tokens = 16
     cfg.num_prompts = 2
     cfg.tau_vs_n = (1, N)
+    cfg.verify_blocks = (1, 3)
     return cfg
 
 
@@ -133,13 +134,18 @@ def test_tau_vs_n_sweep(bench):
 
 
 def test_report_and_plots(bench):
-    workdir, _ = bench
+    workdir, results = bench
     report = (workdir / "report.md").read_text()
     for needle in ("| method | batch | T | tau | tokens/s", "Acceptance by position", "tau vs N"):
         assert needle in report
     for method in mt.registered_methods():
         assert f"| {method} |" in report
     assert "Compile times" in report and "launch.main --config=configs/bench.py" in report
+    (curve,) = results["verify_cost"]  # one batch size: the target's forward over 1 and 3 tokens
+    assert curve["blocks"] == [1, 3] and curve["batch"] == 1 and curve["cost"][0] == 1.0
+    assert "## Verify cost" in report and "CPU kernel on" in report
+    assert f"| 1 | {curve['seconds'][0] * 1e3:.2f} | 1.00 | {curve['cost'][1]:.2f} |" in report
+    assert results["machine"]["cpu"]["caches"] and results["machine"]["cpu_kernel"] is True
     for name in ("speedup", "acceptance", "tau_vs_n"):
         png = workdir / "plots" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
+from specjax import kernels
 from specjax import sampling as sp
 from specjax.cache import KVCache
 from specjax.decoding.proposers.base import Context, Draft, StepInput
@@ -120,7 +121,7 @@ class DraftModelProposer:
         draft = _as_draft_model(draft)
         check_same_vocabulary(target, draft)
         check_draft_window(draft, cfg.tree)
-        graphdef, params = nnx.split(draft.module)
+        graphdef, params = kernels.split_for_decode(draft.module)
         return cls(
             graphdef, cfg.tree, cfg.verification, draft.config.max_position_embeddings
         ), params

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
+from specjax import kernels
 from specjax.cache import KVCache
 from specjax.decoding.proposers.base import Context, Draft, StepInput
 from specjax.decoding.proposers.draft_model import child_scores, children, levels
@@ -86,7 +87,7 @@ class EagleProposer:
     @classmethod
     def build(cls, cfg, target, head):
         check_drafter(head, target, cfg.method)
-        graphdef, params = nnx.split(head)
+        graphdef, params = kernels.split_for_decode(head)
         return cls(graphdef, cfg.tree, cfg.verification, head.config.tap_layers), params
 
     @property

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx, struct
 
+from specjax import kernels
 from specjax import sampling as sp
 from specjax.decoding.proposers.base import Context, Draft, StepInput
 from specjax.decoding.trees import Tree
@@ -70,7 +71,7 @@ class MedusaProposer:
     @classmethod
     def build(cls, cfg, target, heads):
         check_heads(heads, target, cfg.num_speculative_tokens)
-        graphdef, params = nnx.split(heads)
+        graphdef, params = kernels.split_for_decode(heads)
         sampled = cfg.verification == "probabilistic"
         return cls(graphdef, cfg.tree, cfg.num_speculative_tokens, sampled), params
 

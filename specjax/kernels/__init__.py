@@ -1,0 +1,202 @@
+"""The one matmul function of the decode path, and the CPU kernel behind it.
+
+Decoders and heads call `matmul` (and `embed_lookup` for tables); nothing else knows which
+product runs. A weight is either a plain array (`[*G, K, N]`, the training and checkpoint
+layout) or a `PackedWeight` (panels of 16 output columns, laid out once by `lay_out` before
+decoding on the CPU). A packed weight with at most `MAX_KERNEL_ROWS` rows of activations goes
+to the C++ kernel (`packed_matmul.cc`, an XLA FFI custom call on XLA's thread pool); more rows
+(a long prefill) go to XLA's dot over the same panels. Unpacked weights always use XLA's dot:
+GPU/TPU, training, a mesh that shards the weights.
+
+`SPECJAX_CPU_KERNEL=0` turns packing off (XLA's dot everywhere: A/B runs, a fallback); the
+tokens are the same either way (float32 accumulation in both).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from specjax.kernels import build
+
+ENV = "SPECJAX_CPU_KERNEL"
+LANES = 16  # output columns per panel (the kernel's `kLanes`)
+# Activation rows up to which the kernel beats XLA's dot over the same weights (measured:
+# BENCHMARKS.md "Few-row kernel"); above it XLA's GEMM, over the panels as stored.
+MAX_KERNEL_ROWS = 64
+
+
+@struct.dataclass
+class PackedWeight:
+    """A weight laid out for the kernel: panels [*G, NB, K, 16] with NB = ceil(N / 16).
+
+    panels[..., nb, k, c] = W[..., k, 16 * nb + c] (zero past N). `n` is N; `table` marks a
+    [N, K] table (a tied embedding) packed as its transpose, whose rows `embed_lookup` reads
+    from the panels, so no second copy of the table is kept.
+    """
+
+    panels: jax.Array
+    n: int = struct.field(pytree_node=False)
+    table: bool = struct.field(pytree_node=False, default=False)
+
+    def __getitem__(self, index):  # `variable[...]` on an NNX Param holding a packed weight
+        if index is not Ellipsis:
+            raise TypeError("a PackedWeight is read whole (`param[...]`), not indexed")
+        return self
+
+    @property
+    def k(self) -> int:
+        return self.panels.shape[-2]
+
+    @property
+    def dtype(self):
+        return self.panels.dtype
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        return self.panels.shape[:-3]
+
+
+@struct.dataclass
+class PackedLayers:
+    """Per-layer packed weights of a stack [G, L, K, N] (Medusa's blocks): one PackedWeight
+    [G, ...] per layer, so a layer is read without slicing (and copying) the stack."""
+
+    layers: tuple
+
+    def __getitem__(self, index):
+        if index is not Ellipsis:
+            raise TypeError("a PackedLayers is read whole (`param[...]`); use `kernels.layer`")
+        return self
+
+
+def pack_layers(w) -> PackedLayers:
+    """w [G, L, K, N] -> PackedLayers of L PackedWeights batched over G."""
+    return PackedLayers(tuple(pack(w[:, i]) for i in range(w.shape[1])))
+
+
+def layer(w, i: int):
+    """Layer i of a stack: w[:, i] for an array [G, L, K, N], the i-th PackedWeight otherwise."""
+    return w.layers[i] if isinstance(w, PackedLayers) else w[:, i]
+
+
+def pack(w, *, table: bool = False) -> PackedWeight:
+    """Lay out w [*G, K, N] (or a table [N, K] with table=True) as panels [*G, NB, K, 16]."""
+    w = jnp.asarray(w)
+    if table:
+        w = w.T  # [K, N]
+    *G, K, N = w.shape
+    NB = -(-N // LANES)
+    w = jnp.pad(w, [(0, 0)] * len(G) + [(0, 0), (0, NB * LANES - N)])  # [*G, K, NB*16]
+    panels = jnp.moveaxis(w.reshape(*G, K, NB, LANES), -2, -3)  # [*G, NB, K, 16]
+    return PackedWeight(panels, N, table)
+
+
+def unpack(w) -> jax.Array:
+    """The standard layout back: [*G, K, N] (the [N, K] table for a packed table; [G, L, K, N]
+    for PackedLayers)."""
+    if isinstance(w, PackedLayers):
+        return jnp.stack([unpack(x) for x in w.layers], axis=1)
+    *G, NB, K, _ = w.panels.shape
+    full = jnp.moveaxis(w.panels, -3, -2).reshape(*G, K, NB * LANES)[..., : w.n]  # [*G, K, N]
+    return full.T if w.table else full
+
+
+def available() -> bool:
+    """The kernel is switched on, the backend is the CPU, and the library is built."""
+    if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "off", "no"):
+        return False
+    if jax.default_backend() != "cpu":
+        return False
+    return build.load() is not None
+
+
+def _kernel(x, w: PackedWeight, march: str = "native"):
+    """x [G, T, K] float32 -> [G, T, N] float32 through the FFI custom call."""
+    G, T, _ = x.shape
+    name = build.ffi_name("bfloat16" if w.dtype == jnp.bfloat16 else "float32", march)
+    out = jax.ShapeDtypeStruct((G, T, w.n), jnp.float32)
+    panels = w.panels.reshape(G, *w.panels.shape[-3:])
+    return jax.ffi.ffi_call(name, out, vmap_method="sequential")(x, panels)
+
+
+def _xla(x, w: PackedWeight):
+    """x [G, T, K] -> [G, T, N] with XLA's dot over the panels as stored."""
+    G, T, _ = x.shape
+    panels = w.panels.reshape(G, *w.panels.shape[-3:])  # [G, NB, K, 16]
+    y = jnp.einsum("gtk,gbkc->gtbc", x, panels.astype(x.dtype), preferred_element_type=x.dtype)
+    return y.reshape(G, T, -1)[..., : w.n]
+
+
+def _packed_product(x, w: PackedWeight):
+    """x [G, T, K] (any float dtype) -> [G, T, N] in x's dtype."""
+    T = x.shape[1]
+    if T <= MAX_KERNEL_ROWS and x.dtype in (jnp.float32, jnp.bfloat16) and available():
+        return _kernel(x.astype(jnp.float32), w).astype(x.dtype)
+    return _xla(x, w)
+
+
+def matmul(x, w):
+    """x [..., K] @ w -> [..., N]: w is a [K, N] array or an unbatched PackedWeight.
+
+    A packed table ([N, K] tied embedding) gives x @ table.T. Output in x's dtype.
+    """
+    if not isinstance(w, PackedWeight):
+        return x @ w.astype(x.dtype)
+    if w.batch_shape:
+        raise ValueError(f"matmul takes an unbatched weight; got batch {w.batch_shape}")
+    lead = x.shape[:-1]
+    y = _packed_product(x.reshape(1, math.prod(lead), x.shape[-1]), w)  # [1, R, N]
+    return y.reshape(*lead, w.n)
+
+
+def per_group_matmul(x, w):
+    """x [..., G, K] with w [G, K, N] (array) or a PackedWeight batched over G -> [..., G, N].
+
+    Group g's rows (every leading index) multiply w[g]: Medusa's K heads, each its own weights.
+    """
+    if not isinstance(w, PackedWeight):
+        return jnp.einsum("...gk,gkn->...gn", x, w.astype(x.dtype))
+    G, K = x.shape[-2:]
+    if w.batch_shape != (G,):
+        raise ValueError(f"per_group_matmul: x has {G} groups, the weight {w.batch_shape}")
+    lead = x.shape[:-2]
+    xg = jnp.moveaxis(x.reshape(-1, G, K), 1, 0)  # [G, R, K]
+    y = _packed_product(xg, w)  # [G, R, N]
+    return jnp.moveaxis(y, 0, 1).reshape(*lead, G, w.n)
+
+
+def embed_lookup(table, tokens):
+    """Rows of an embedding table [V, D] (array or packed table) at tokens [...] -> [..., D]."""
+    if not isinstance(table, PackedWeight):
+        return jnp.take(table, tokens, axis=0)
+    if not table.table:
+        raise ValueError("embed_lookup needs a table packed with table=True")
+    block, lane = tokens // LANES, tokens % LANES
+    return table.panels[block, :, lane]  # [..., D]
+
+
+__all__ = [
+    "ENV",
+    "MAX_KERNEL_ROWS",
+    "PackedLayers",
+    "PackedWeight",
+    "available",
+    "clear_cache",
+    "embed_lookup",
+    "layer",
+    "matmul",
+    "pack",
+    "pack_layers",
+    "per_group_matmul",
+    "split_for_decode",
+    "standard_layout",
+    "unpack",
+]
+
+
+from specjax.kernels.layout import clear_cache, split_for_decode, standard_layout  # noqa: E402

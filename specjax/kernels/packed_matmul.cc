@@ -1,0 +1,251 @@
+// Few-row matmul over weights packed once: y[g, t, n] = sum_k x[g, t, k] * W[g, k, n].
+//
+// Why: XLA:CPU sends a dot with 2+ rows to a GEMM library that re-packs the weight panel on
+// every call, so a T-row product over the same weights costs 2-5 one-row ones. A decode
+// step's products are bandwidth-bound: T rows need the weights read once, and up to a few
+// dozen rows of FMAs fit under that read. Here the weights are laid out once, at load, as
+// panels of 16 output columns, contiguous along K:
+//
+//   packed[g, nb, k, c] = W[g, k, 16 * nb + c]      (zero where 16 * nb + c >= N)
+//
+// so one output tile reads its panel front to back (one cache line per k) and keeps
+// ROWS x COLS accumulators of 16 floats in registers. Rows beyond ROWS are done in further
+// passes over the same panel, which is then in L1/L2: the weights cross the memory bus once
+// per call, whatever T is. Accumulation is float32 FMA in k order, with no reassociation
+// across k (each output is one dot product summed sequentially).
+//
+// Work is split over output tiles across XLA's own intra-op thread pool (the FFI
+// ThreadPool), never a pool of our own: the calling thread claims tiles from an atomic
+// counter alongside the helpers it scheduled, so the call finishes even if no helper ever
+// runs (no deadlock when the pool is busy), and a helper that starts late finds no work.
+//
+// Buffers (float32 or bfloat16 weights, float32 activations and outputs, row-major):
+//   x [G, T, K], packed [G, NB, K, 16], y [G, T, N] with NB = ceil(N / 16).
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int kLanes = 16;  // output columns per panel
+typedef float v16 __attribute__((vector_size(64)));
+
+// Register tile: ROWS rows x COLS panels. With AVX-512 a v16 is one zmm (32 registers);
+// with AVX2 it is two ymm (16 registers), so the tile is smaller there.
+// A product of at most kWideRows rows is bound by the weight stream alone: it takes wider
+// tiles (more panels in flight per k) instead.
+#if defined(__AVX512F__)
+constexpr int kRows = 8;
+constexpr int kCols = 2;
+constexpr int kWideCols = 4;
+#else
+constexpr int kRows = 4;
+constexpr int kCols = 1;
+constexpr int kWideCols = 2;
+#endif
+constexpr int kWideRows = 2;
+
+inline v16 load16(const float* p) {
+  v16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// bfloat16 is the top half of a float32: widen by shifting into the high 16 bits.
+inline v16 load16(const uint16_t* p) {
+  typedef uint32_t u16x __attribute__((vector_size(64), aligned(2)));
+  typedef uint16_t h16 __attribute__((vector_size(32), aligned(2)));
+  h16 h;
+  std::memcpy(&h, p, sizeof(h));
+  u16x wide = __builtin_convertvector(h, u16x) << 16;
+  v16 v;
+  std::memcpy(&v, &wide, sizeof(v));
+  return v;
+}
+
+struct Problem {
+  const float* x;
+  const void* w;
+  float* y;
+  int64_t G, T, K, N, NB;
+  bool bf16;
+};
+
+// One tile: rows [r0, r0 + R) of panels [nb, nb + C) of matrix g.
+template <typename W, int R, int C>
+void tile(const Problem& p, int64_t g, int64_t nb, int64_t r0) {
+  const int64_t K = p.K;
+  const float* x = p.x + (g * p.T + r0) * K;
+  const W* w = static_cast<const W*>(p.w) + (g * p.NB + nb) * K * kLanes;
+  v16 acc[R][C];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int c = 0; c < C; ++c) acc[r][c] = v16{};
+  for (int64_t k = 0; k < K; ++k) {
+    v16 wk[C];
+#pragma GCC unroll 2
+    for (int c = 0; c < C; ++c) wk[c] = load16(w + (c * K + k) * kLanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float xr = x[r * K + k];
+#pragma GCC unroll 2
+      for (int c = 0; c < C; ++c) acc[r][c] += xr * wk[c];
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    const int64_t col = (nb + c) * kLanes;
+    const int64_t width = std::min<int64_t>(kLanes, p.N - col);
+    for (int r = 0; r < R; ++r) {
+      float* out = p.y + (g * p.T + r0 + r) * p.N + col;
+      if (width == kLanes) {
+        std::memcpy(out, &acc[r][c], sizeof(v16));
+      } else {
+        float tmp[kLanes];
+        std::memcpy(tmp, &acc[r][c], sizeof(v16));
+        std::memcpy(out, tmp, width * sizeof(float));
+      }
+    }
+  }
+}
+
+// All rows of panels [nb, nb + C): full ROWS-row passes, then one pass for the remainder.
+template <typename W, int C>
+void column_group(const Problem& p, int64_t g, int64_t nb) {
+  int64_t r0 = 0;
+  for (; r0 + kRows <= p.T; r0 += kRows) tile<W, kRows, C>(p, g, nb, r0);
+  switch (p.T - r0) {
+#define SPECJAX_REM(n) \
+  case n:              \
+    tile<W, n, C>(p, g, nb, r0); \
+    break;
+    SPECJAX_REM(1)
+    SPECJAX_REM(2)
+    SPECJAX_REM(3)
+#if defined(__AVX512F__)
+    SPECJAX_REM(4)
+    SPECJAX_REM(5)
+    SPECJAX_REM(6)
+    SPECJAX_REM(7)
+#endif
+#undef SPECJAX_REM
+    default:
+      break;
+  }
+}
+
+// Work item i: matrix g, panels [nb, nb + cols) (single panels where NB runs out).
+template <typename W>
+void run_item(const Problem& p, int64_t item, int64_t groups_per_matrix, int cols) {
+  const int64_t g = item / groups_per_matrix;
+  const int64_t nb = (item % groups_per_matrix) * cols;
+  if (nb + cols <= p.NB) {
+    if (cols == kWideCols) {
+      column_group<W, kWideCols>(p, g, nb);
+    } else {
+      column_group<W, kCols>(p, g, nb);
+    }
+  } else {
+    for (int64_t b = nb; b < p.NB; ++b) column_group<W, 1>(p, g, b);
+  }
+}
+
+struct Shared {
+  Problem p;
+  int64_t items, groups_per_matrix, chunk;
+  int cols;
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+};
+
+void drain(Shared& s) {
+  while (true) {
+    const int64_t start = s.next.fetch_add(s.chunk, std::memory_order_relaxed);
+    if (start >= s.items) return;
+    const int64_t stop = std::min(start + s.chunk, s.items);
+    for (int64_t i = start; i < stop; ++i) {
+      if (s.p.bf16) {
+        run_item<uint16_t>(s.p, i, s.groups_per_matrix, s.cols);
+      } else {
+        run_item<float>(s.p, i, s.groups_per_matrix, s.cols);
+      }
+    }
+    s.done.fetch_add(stop - start, std::memory_order_release);
+  }
+}
+
+// Below this many multiply-adds one thread is faster than waking another.
+constexpr int64_t kParallelMinMacs = 1 << 18;
+
+ffi::Error run(ffi::ThreadPool pool, const float* x, const void* w, bool bf16,
+               ffi::Span<const int64_t> xd, ffi::Span<const int64_t> wd, float* y,
+               ffi::Span<const int64_t> yd) {
+  if (xd.size() != 3 || wd.size() != 4 || yd.size() != 3) {
+    return ffi::Error::InvalidArgument("packed_matmul: expected x[G,T,K], w[G,NB,K,16], y[G,T,N]");
+  }
+  const int64_t G = xd[0], T = xd[1], K = xd[2], N = yd[2], NB = wd[1];
+  if (wd[0] != G || wd[2] != K || wd[3] != kLanes || yd[0] != G || yd[1] != T ||
+      NB != (N + kLanes - 1) / kLanes) {
+    return ffi::Error::InvalidArgument("packed_matmul: x, w and y shapes disagree");
+  }
+  if (G == 0 || T == 0 || N == 0) return ffi::Error::Success();
+  if (K == 0) {
+    std::fill(y, y + G * T * N, 0.0f);
+    return ffi::Error::Success();
+  }
+  auto shared = std::make_shared<Shared>();
+  shared->p = Problem{x, w, y, G, T, K, N, NB, bf16};
+  shared->cols = T <= kWideRows ? kWideCols : kCols;
+  shared->groups_per_matrix = (NB + shared->cols - 1) / shared->cols;
+  shared->items = G * shared->groups_per_matrix;
+  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
+  const bool parallel = threads > 1 && G * T * K * N >= kParallelMinMacs && shared->items > 1;
+  const int64_t workers = parallel ? std::min<int64_t>(threads, shared->items) : 1;
+  // Several items per claim keeps the atomic traffic low; 4 claims per worker balance the load.
+  shared->chunk = std::max<int64_t>(1, shared->items / (workers * 4));
+  for (int64_t i = 1; i < workers; ++i) {
+    pool.Schedule([shared]() { drain(*shared); });
+  }
+  drain(*shared);
+  while (shared->done.load(std::memory_order_acquire) < shared->items) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error PackedMatmulF32(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
+                           ffi::Buffer<ffi::F32> w, ffi::ResultBuffer<ffi::F32> y) {
+  return run(pool, x.typed_data(), w.untyped_data(), false, x.dimensions(), w.dimensions(),
+             y->typed_data(), y->dimensions());
+}
+
+ffi::Error PackedMatmulBF16(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
+                            ffi::Buffer<ffi::BF16> w, ffi::ResultBuffer<ffi::F32> y) {
+  return run(pool, x.typed_data(), w.untyped_data(), true, x.dimensions(), w.dimensions(),
+             y->typed_data(), y->dimensions());
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxPackedMatmulF32, PackedMatmulF32,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxPackedMatmulBF16, PackedMatmulBF16,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::BF16>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());

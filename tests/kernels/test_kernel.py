@@ -1,0 +1,163 @@
+"""The few-row CPU kernel: values against a float64 product, layouts, dispatch, fallback.
+
+The kernel accumulates in float32 in k order, so it is compared with a float64 numpy product
+at a tolerance set by XLA's own float32 error on the same input (a kernel that dropped a
+panel, a row or a k step misses it by orders of magnitude).
+"""
+
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from specjax import kernels
+from specjax.kernels import build, layout
+
+SHAPES = [(37, 50), (64, 16), (200, 33), (8, 1), (96, 130)]  # K and N off the 16-wide tile
+
+
+def _rel_err(y, ref):
+    return float(np.max(np.abs(np.asarray(y, np.float64) - ref)) / np.max(np.abs(ref)))
+
+
+@pytest.mark.parametrize("K,N", SHAPES)
+def test_kernel_matches_float64_for_every_row_count(K, N, rng):
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    pw = kernels.pack(w)
+    f = jax.jit(kernels.matmul)
+    for T in range(1, 33):
+        x = rng.standard_normal((T, K)).astype(np.float32)
+        ref = x.astype(np.float64) @ w.astype(np.float64)
+        xla_err = _rel_err(x @ w, ref)
+        err = _rel_err(f(x, pw), ref)
+        assert err <= max(4 * xla_err, 1e-6), (T, K, N, err, xla_err)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_avx2_tiles_built_for_haswell(dtype, rng):
+    """The tiles an AVX2-only CPU compiles (4 rows x 1 panel), run here from a haswell build."""
+    assert build.load("haswell") is not None
+    K, N = 70, 45
+    w = jnp.asarray(rng.standard_normal((3, K, N)), dtype)
+    pw = kernels.pack(w)
+    for T in (1, 3, 4, 5, 9, 32):
+        x = rng.standard_normal((3, T, K)).astype(np.float32)
+        y = jax.jit(lambda a, b: kernels._kernel(a, b, march="haswell"))(x, pw)
+        ref = np.einsum(
+            "gtk,gkn->gtn", x.astype(np.float64), np.asarray(w.astype(jnp.float32), np.float64)
+        )
+        assert _rel_err(y, ref) < 1e-5, T
+
+
+def test_kernel_is_in_the_program_up_to_the_crossover_only(rng):
+    w = kernels.pack(rng.standard_normal((24, 40)).astype(np.float32))
+    small = jax.jit(kernels.matmul).lower(jnp.zeros((3, 24)), w).as_text()
+    big = jnp.zeros((kernels.MAX_KERNEL_ROWS + 1, 24))
+    assert "specjax_packed_matmul" in small
+    assert "specjax_packed_matmul" not in jax.jit(kernels.matmul).lower(big, w).as_text()
+    x = rng.standard_normal((kernels.MAX_KERNEL_ROWS + 1, 24)).astype(np.float32)
+    np.testing.assert_allclose(kernels.matmul(x, w), x @ kernels.unpack(w), rtol=1e-5, atol=1e-6)
+
+
+def test_nan_and_inf_propagate_as_in_xla(rng):
+    K, N = 40, 35
+    x = rng.standard_normal((5, K)).astype(np.float32)
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    x[1, 7] = np.nan
+    w[3, 20] = np.inf
+    w[5, 34] = -np.inf  # in the tail panel
+    y = np.asarray(jax.jit(kernels.matmul)(x, kernels.pack(w)))
+    ref = x @ w
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+    np.testing.assert_array_equal(np.isposinf(y), np.isposinf(ref))
+    np.testing.assert_array_equal(np.isneginf(y), np.isneginf(ref))
+    assert np.isnan(y[1]).all() and np.isinf(y[0, 20]) and np.isinf(y[2, 34])
+
+
+def test_inside_scan_and_while_loop(rng):
+    w = rng.standard_normal((48, 48)).astype(np.float32) / 7
+    pw = kernels.pack(w)
+    x0 = rng.standard_normal((4, 48)).astype(np.float32)
+
+    def body(x, _):
+        return jnp.tanh(kernels.matmul(x, pw)), None
+
+    def ref_body(x, _):
+        return jnp.tanh(x @ w), None
+
+    scanned = jax.jit(lambda x: jax.lax.scan(body, x, None, length=6)[0])(x0)
+    looped = jax.jit(
+        lambda x: jax.lax.while_loop(
+            lambda c: c[0] < 6, lambda c: (c[0] + 1, body(c[1], None)[0]), (0, x)
+        )[1]
+    )(x0)
+    ref = jax.lax.scan(ref_body, x0, None, length=6)[0]
+    np.testing.assert_allclose(scanned, ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(scanned, looped)
+
+
+def test_per_group_product_and_layers(rng):
+    G, K, N = 3, 40, 70
+    x = rng.standard_normal((2, 5, G, K)).astype(np.float32)
+    w = rng.standard_normal((G, 2, K, N)).astype(np.float32)
+    stack = kernels.pack_layers(w)
+    for i in range(2):
+        y = jax.jit(kernels.per_group_matmul)(x, kernels.layer(stack, i))
+        ref = np.einsum("abgk,gkn->abgn", x.astype(np.float64), w[:, i].astype(np.float64))
+        assert _rel_err(y, ref) < 1e-5
+    np.testing.assert_array_equal(kernels.unpack(stack), w)
+
+
+def test_table_layout_serves_lookups_and_the_lm_head(rng):
+    E = rng.standard_normal((100, 24)).astype(np.float32)  # [V, D], V off the tile
+    pe = kernels.pack(E, table=True)
+    tokens = jnp.array([[0, 5, 99], [17, 16, 15]])
+    np.testing.assert_array_equal(kernels.embed_lookup(pe, tokens), E[np.asarray(tokens)])
+    x = rng.standard_normal((4, 24)).astype(np.float32)
+    np.testing.assert_allclose(jax.jit(kernels.matmul)(x, pe), x @ E.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(kernels.unpack(pe), E)
+    assert pe.panels.size == 7 * 16 * 24  # one copy, padded to 112 rows: no second table
+
+
+def test_bfloat16_weights_accumulate_in_float32(rng):
+    w = jnp.asarray(rng.standard_normal((64, 48)), jnp.bfloat16)
+    x = rng.standard_normal((5, 64)).astype(np.float32)
+    y = jax.jit(kernels.matmul)(x, kernels.pack(w))
+    ref = x.astype(np.float64) @ np.asarray(w.astype(jnp.float32), np.float64)
+    assert y.dtype == jnp.float32 and _rel_err(y, ref) < 1e-5
+
+
+def test_switched_off_by_the_environment(monkeypatch):
+    monkeypatch.setenv(kernels.ENV, "0")
+    assert not kernels.available()
+    module = nnx.Linear(4, 4, rngs=nnx.Rngs(0))  # nothing declared: never packed either
+    assert layout.packed_paths(module) == {}
+
+
+def test_no_compiler_warns_once_and_falls_back(monkeypatch, caplog):
+    build.load.cache_clear()
+    monkeypatch.setattr(build, "_compiler", lambda: None)
+    try:
+        with caplog.at_level(logging.WARNING, logger=build.__name__):
+            assert not kernels.available()
+            assert not kernels.available()
+        warnings = [r for r in caplog.records if "no C++ compiler" in r.getMessage()]
+        assert len(warnings) == 1
+    finally:
+        build.load.cache_clear()
+        monkeypatch.undo()
+    assert kernels.available()  # the cached library loads again
+
+
+def test_library_key_follows_source_and_cpu(monkeypatch):
+    compiler = build._compiler()
+    key = build.library_key(compiler)
+    assert key == build.library_key(compiler)
+    model, _ = build._cpuinfo()
+    monkeypatch.setattr(build, "_cpuinfo", lambda: (model, ("avx2", "fma")))
+    assert build.library_key(compiler) != key
+    cpu = build.cpu_description()
+    assert cpu["model"] and "L2" in cpu["caches"] and cpu["cores"] >= 1
