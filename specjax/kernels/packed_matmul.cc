@@ -39,8 +39,9 @@ typedef float v16 __attribute__((vector_size(64)));
 
 // Register tile: ROWS rows x COLS panels. With AVX-512 a v16 is one zmm (32 registers);
 // with AVX2 it is two ymm (16 registers), so the tile is smaller there.
-// A product of at most kWideRows rows is bound by the weight stream alone: it takes wider
-// tiles (more panels in flight per k) instead.
+// Wider tiles (more panels in flight per k) for products of at most kWideRows rows: measured
+// slower at 1-2 rows on the AVX-512 machine (29 vs 37 GB/s, BENCHMARKS.md "Few-row kernel"),
+// so kWideRows = 0 keeps them off; the switch stays for CPUs where it pays.
 #if defined(__AVX512F__)
 constexpr int kRows = 8;
 constexpr int kCols = 2;
@@ -50,7 +51,7 @@ constexpr int kRows = 4;
 constexpr int kCols = 1;
 constexpr int kWideCols = 2;
 #endif
-constexpr int kWideRows = 2;
+constexpr int kWideRows = 0;
 
 inline v16 load16(const float* p) {
   v16 v;
