@@ -20,6 +20,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from specjax import parallel
+from specjax.io import gguf_file
 from specjax.io.tokenizer import Tokenizer
 from specjax.models import (
     Decoder,
@@ -27,6 +28,7 @@ from specjax.models import (
     as_model,
     config_from_hf,
     config_to_hf,
+    export_state,
     hf_param_names,
 )
 
@@ -145,22 +147,30 @@ def load_state(module: Decoder, tensors: dict[str, np.ndarray], layout=None) -> 
 
 
 def load_model(path, *, dtype: str | None = None, load_tokenizer: bool = True, mesh=None) -> Model:
-    """Load a transformers checkpoint directory or a specjax training workdir.
+    """Load a transformers checkpoint directory, a GGUF file, or a specjax training workdir.
 
     Args:
       path: directory with config.json, model.safetensors (or a sharded index) and
-        tokenizer.json; or a specjax workdir (its latest exported `hf/` directory is used).
+        tokenizer.json; a `.gguf` file (or a directory holding one and no config.json), whose
+        weights are dequantized to `dtype` (`specjax.io.gguf_file`); or a specjax workdir (its
+        latest exported `hf/` directory is used).
       dtype: parameter dtype ("float32", "bfloat16"); default float32.
-      load_tokenizer: read tokenizer.json (required when True).
+      load_tokenizer: read the tokenizer (required when True).
       mesh: a ("data", "model") `jax.sharding.Mesh`: the weights are placed sharded by
         `specjax.parallel`'s rules as they load (None: the default device).
     """
     layout = parallel.layout_of(mesh)
     directory = Path(path)
     if not directory.exists():
-        raise FileNotFoundError(f"model directory {directory} does not exist")
+        raise FileNotFoundError(f"model path {directory} does not exist")
+    gguf_path = gguf_file.find_gguf(directory)
+    if gguf_path is not None:
+        return _load_gguf(gguf_path, dtype, load_tokenizer, layout)
     if not directory.is_dir():
-        raise FileNotFoundError(f"{directory} is not a directory")
+        raise FileNotFoundError(
+            f"{directory} is not a directory or a .gguf file (a transformers checkpoint "
+            "directory, a GGUF file or a specjax workdir)"
+        )
     if not (directory / "config.json").is_file() and (directory / "hf" / "config.json").is_file():
         directory = directory / "hf"  # a specjax workdir: its exported HF model
     if not (directory / "config.json").is_file():
@@ -182,17 +192,27 @@ def load_model(path, *, dtype: str | None = None, load_tokenizer: bool = True, m
     return Model(module, tokenizer, str(directory))
 
 
+def _load_gguf(path: Path, dtype, load_tokenizer: bool, layout) -> Model:
+    contents = gguf_file.read_gguf(path, load_tokenizer=load_tokenizer)
+    config = dataclasses.replace(config_from_hf(contents.config), dtype=dtype or "float32")
+    tokenizer = contents.tokenizer
+    if load_tokenizer and tokenizer is None:
+        raise ValueError(
+            f"GGUF file {path} carries no tokenizer (tokenizer.ggml.*); pass load_tokenizer=False"
+        )
+    if tokenizer is not None and not config.eos_token_ids and tokenizer.eos_token_ids:
+        config = dataclasses.replace(config, eos_token_ids=tuple(tokenizer.eos_token_ids))
+    if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
+        raise ValueError(
+            f"GGUF file {path}: the tokenizer has {tokenizer.vocab_size} tokens, the model's "
+            f"embedding {config.vocab_size} rows"
+        )
+    module = nnx.eval_shape(lambda: Decoder(config, nnx.Rngs(0)))
+    load_state(module, contents.tensors, layout)
+    return Model(module, tokenizer, str(path))
+
+
 # ----------------------------------------------------------------------------------- writing
-
-
-def export_state(module: Decoder) -> dict[str, np.ndarray]:
-    """HF-named numpy tensors of `module` (contiguous, ready for safetensors)."""
-    flat = dict(nnx.to_flat_state(nnx.state(module, nnx.Param)))
-    out = {}
-    for name, (path, transpose) in hf_param_names(module.config).items():
-        array = np.asarray(flat[path].get_value())
-        out[name] = np.ascontiguousarray(array.T if transpose else array)
-    return out
 
 
 def save_hf(model, out_dir) -> Path:

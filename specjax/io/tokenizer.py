@@ -61,6 +61,8 @@ class Tokenizer:
       eos_token_ids: ids that end a sequence; detected from the special tokens if None.
       bos_token_id: id prepended by callers that want one; detected if not given.
       pad_token_id: id used for padding; detected if not given.
+      chat_template: the model's Jinja chat template (`tokenizer_config.json`'s
+        `chat_template`, or a GGUF's `tokenizer.chat_template`); used by `apply_chat_template`.
     """
 
     def __init__(
@@ -69,8 +71,10 @@ class Tokenizer:
         eos_token_ids: Iterable[int] | int | None = None,
         bos_token_id: int | None = None,
         pad_token_id: int | None = None,
+        chat_template: str | None = None,
     ):
         self.backend = backend
+        self.chat_template = chat_template
         special = self._special_tokens()
         detect = lambda names: next((special[n] for n in names if n in special), None)
         if eos_token_ids is None:
@@ -119,6 +123,11 @@ class Tokenizer:
             eos.extend([value] if isinstance(value, int) else value or [])
         if eos:
             tok.eos_token_ids = eos
+        template = tok_config.get("chat_template")
+        if isinstance(template, str):
+            tok.chat_template = template
+        elif (path / "chat_template.jinja").is_file():
+            tok.chat_template = (path / "chat_template.jinja").read_text()
         for role in ("bos", "pad"):
             ids = [token_id(f"{role}_token")]
             ids += [c.get(f"{role}_token_id") for c in model_configs]
@@ -141,8 +150,54 @@ class Tokenizer:
             # HF's default clean-up rewrites " ," etc. on decode; keep decode exact.
             "clean_up_tokenization_spaces": False,
         }
+        if self.chat_template is not None:
+            config["chat_template"] = self.chat_template
         (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
         return directory
+
+    # ---------------------------------------------------------------- chat
+
+    def apply_chat_template(
+        self,
+        messages: Sequence[dict],
+        *,
+        add_generation_prompt: bool = True,
+        tokenize: bool = False,
+        **variables,
+    ) -> str | list[int]:
+        """Render `messages` ([{"role": ..., "content": ...}]) with the model's chat template.
+
+        The template is rendered as transformers renders it (Jinja, sandboxed, with
+        `bos_token`, `eos_token`, `add_generation_prompt` and `raise_exception`); the text holds
+        the special tokens spelled out, so `encode` of it gives the ids the model was tuned on.
+        `tokenize=True` returns those ids instead of the text.
+        """
+        if self.chat_template is None:
+            raise ValueError(
+                "this tokenizer has no chat template (tokenizer_config.json's chat_template or a "
+                "GGUF's tokenizer.chat_template); pass plain prompts instead"
+            )
+        if isinstance(messages, (str, dict)) or not all(
+            isinstance(m, dict) and "role" in m and "content" in m for m in messages
+        ):
+            raise ValueError(
+                "messages must be a list of {'role': ..., 'content': ...} dicts, got "
+                f"{messages!r:.200}"
+            )
+        text = _render_chat(
+            self.chat_template,
+            messages=list(messages),
+            add_generation_prompt=add_generation_prompt,
+            bos_token=_token_or_empty(self, self.bos_token_id),
+            eos_token=_token_or_empty(self, self.eos_token_id),
+            **variables,
+        )
+        return self.encode(text) if tokenize else text
+
+    def chat(self, prompt: str, system: str | None = None) -> str:
+        """One user turn (and an optional system turn) rendered with the chat template."""
+        messages = [] if system is None else [{"role": "system", "content": system}]
+        return self.apply_chat_template([*messages, {"role": "user", "content": prompt}])
 
     # ---------------------------------------------------------------- special ids
 
@@ -236,6 +291,29 @@ class Tokenizer:
 
     def _check_id(self, i: int, name: str) -> int:
         return check_int(name, i, 0, self.vocab_size - 1)
+
+
+def _token_or_empty(tok: Tokenizer, i: int | None) -> str:
+    return "" if i is None else tok.id_to_token(i) or ""
+
+
+def _render_chat(template: str, **variables) -> str:
+    import jinja2.ext
+    import jinja2.sandbox  # here: only chat rendering needs jinja2
+
+    def raise_exception(message):
+        raise ValueError(f"the chat template refused the messages: {message}")
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+    )
+    env.filters["tojson"] = lambda x, indent=None: json.dumps(x, ensure_ascii=False, indent=indent)
+    env.globals["raise_exception"] = raise_exception
+    try:
+        compiled = env.from_string(template)
+    except jinja2.TemplateError as e:
+        raise ValueError(f"the chat template does not parse: {e}") from e
+    return compiled.render(**variables)
 
 
 def _read_json(path: Path) -> dict:

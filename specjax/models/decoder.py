@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from specjax import kernels
@@ -453,3 +454,13 @@ def hf_param_names(config: ModelConfig) -> dict[str, tuple[tuple, bool]]:
     if not config.tie_word_embeddings:
         names["lm_head.weight"] = (("lm_head", "kernel"), True)
     return names
+
+
+def export_state(module: Decoder) -> dict[str, np.ndarray]:
+    """HF-named numpy tensors of `module` (contiguous, ready for safetensors or GGUF)."""
+    flat = dict(nnx.to_flat_state(nnx.state(module, nnx.Param)))
+    out = {}
+    for name, (path, transpose) in hf_param_names(module.config).items():
+        array = np.asarray(flat[path].get_value())
+        out[name] = np.ascontiguousarray(array.T if transpose else array)
+    return out
