@@ -132,6 +132,12 @@ def permute_qk(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, 2, rows // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def _f32(value) -> float:
+    """A float32 metadata value as the shortest decimal that rounds to it (1e-06, not
+    9.99999997e-07): the value the model was configured with before it was stored."""
+    return float(str(np.float32(value)))
+
+
 def _config(meta: dict, arch: str, tensor_names: set[str], vocab_size: int) -> dict:
     key = lambda k: f"{arch}.{k}"
 
@@ -168,8 +174,8 @@ def _config(meta: dict, arch: str, tensor_names: set[str], vocab_size: int) -> d
         "num_attention_heads": heads,
         "num_key_value_heads": int(kv_heads),
         "head_dim": head_dim,
-        "rms_norm_eps": float(meta.get(key("attention.layer_norm_rms_epsilon"), 1e-6)),
-        "rope_theta": float(meta.get(key("rope.freq_base"), 10000.0)),
+        "rms_norm_eps": _f32(meta.get(key("attention.layer_norm_rms_epsilon"), 1e-6)),
+        "rope_theta": _f32(meta.get(key("rope.freq_base"), 10000.0)),
         "max_position_embeddings": int(meta.get(key("context_length"), 2048)),
         "vocab_size": int(meta.get(key("vocab_size"), vocab_size)),
         "tie_word_embeddings": "output.weight" not in tensor_names,
@@ -392,19 +398,39 @@ def read_gguf(path, *, load_tokenizer: bool = True) -> GGUFContents:
 
 # ----------------------------------------------------------------------------------- writing
 
-_WRITE_TYPES = ("F32", "F16", "BF16", "Q8_0")
+# What the gguf package can quantize (the K- and IQ-quants it only dequantizes).
+WRITE_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0")
+_FILE_TYPES = {
+    "F32": 0,
+    "F16": 1,
+    "Q4_0": 2,
+    "Q4_1": 3,
+    "Q8_0": 7,
+    "Q5_0": 8,
+    "Q5_1": 9,
+    "BF16": 32,
+}
 
 
-def save_gguf(model, path, *, dtype: str = "F32") -> Path:
-    """Write `model` as a GGUF file llama.cpp runs: Llama-family weights in `dtype` (F32, F16,
-    BF16 or Q8_0; norms stay F32), Q/K rows permuted as llama.cpp's converter does, and the
-    tokenizer as a gpt2-style BPE with its special tokens and chat template."""
+def save_gguf(model, path, *, dtype: str = "F32", raw: dict | None = None) -> Path:
+    """Write `model` as a GGUF file llama.cpp runs.
+
+    Llama-family weights in `dtype` (one of `WRITE_TYPES`; norms, biases and matrices whose
+    rows are not a whole number of quant blocks stay F32, as llama.cpp's converter keeps
+    them), Q/K rows permuted as llama.cpp's converter does, and the tokenizer as a gpt2-style
+    BPE with its special tokens and chat template.
+
+    Args:
+      raw: HF tensor name -> (uint8 array, GGML type name): already-quantized data stored
+        verbatim in GGUF's row order (e.g. K-quants, which the gguf package cannot quantize).
+    """
     import gguf
 
     model = as_model(model)
     config = model.config
-    if dtype not in _WRITE_TYPES:
-        raise ValueError(f"save_gguf dtype={dtype!r} is not supported; supported: {_WRITE_TYPES}")
+    raw = dict(raw or {})
+    if dtype not in WRITE_TYPES:
+        raise ValueError(f"save_gguf dtype={dtype!r} is not supported; supported: {WRITE_TYPES}")
     if config.model_type not in ARCHITECTURES or config.rope_scaling or config.sliding_window:
         raise NotImplementedError(
             f"save_gguf writes plain {sorted(ARCHITECTURES)} models; this one is "
@@ -428,27 +454,37 @@ def save_gguf(model, path, *, dtype: str = "F32") -> Path:
     writer.add_rope_freq_base(config.rope_theta)
     writer.add_layer_norm_rms_eps(config.norm_eps)
     writer.add_vocab_size(config.vocab_size)
-    writer.add_file_type({"F32": 0, "F16": 1, "BF16": 32, "Q8_0": 7}[dtype])
+    writer.add_file_type(_FILE_TYPES[dtype])
     if model.tokenizer is not None:
         _write_tokenizer(writer, model.tokenizer, config.vocab_size)
     arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
     name_map = gguf.get_tensor_name_map(arch_id, config.num_layers)
     qtype = getattr(gguf.GGMLQuantizationType, dtype)
-    for hf_name, array in export_state(model.module).items():
+    block = gguf.GGML_QUANT_SIZES[qtype][0]
+    state = export_state(model.module)
+    unknown = sorted(set(raw) - set(state))
+    if unknown:
+        raise ValueError(f"save_gguf raw= names tensors the model does not have: {unknown}")
+    for hf_name, array in state.items():
         name = name_map.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if hf_name in raw:
+            data, kind = raw[hf_name]
+            # uint8 data: the writer reads its shape as bytes per row
+            writer.add_tensor(
+                name, np.asarray(data, np.uint8), raw_dtype=getattr(gguf.GGMLQuantizationType, kind)
+            )
+            continue
         array = np.asarray(array, np.float32)
         if arch in _PERMUTED_QK and ".q_proj." in hf_name:
             array = permute_qk(array, config.num_heads)
         elif arch in _PERMUTED_QK and ".k_proj." in hf_name:
             array = permute_qk(array, config.num_kv_heads)
-        if array.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32:
+        if array.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32 or array.shape[-1] % block:
             writer.add_tensor(name, np.ascontiguousarray(array))
         elif qtype == gguf.GGMLQuantizationType.F16:
             writer.add_tensor(name, array.astype(np.float16))
         else:
-            writer.add_tensor(
-                name, gguf.quants.quantize(array, qtype), raw_shape=array.shape, raw_dtype=qtype
-            )
+            writer.add_tensor(name, gguf.quants.quantize(array, qtype), raw_dtype=qtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
