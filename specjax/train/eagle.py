@@ -104,6 +104,8 @@ def default_config() -> ml_collections.ConfigDict:
     config.ttt_steps = 7
     config.loss = dict(
         decay=0.8,
+        kind="ce",  # "ce" (soft CE at T=1, the reference) | "kl" | "tv" (losses.LOSS_KINDS)
+        temperature=1.0,  # the training temperature of "kl" / "tv"
         feature_weight=1.0,
         token_weight=0.1,
         noise=ml_collections.config_dict.placeholder(float),
@@ -127,6 +129,7 @@ def check_config(config) -> None:
         raise ValueError(f"config.ttt_steps={config.ttt_steps!r} must be an int >= 1")
     if config.loss.noise is not None and not config.loss.noise >= 0:
         raise ValueError(f"config.loss.noise={config.loss.noise!r} must be >= 0 (or None)")
+    losses.check_loss_config(config.loss)
     h = config.head
     if config.method == "eagle3" and h.fc_bias:
         raise ValueError("config.head.fc_bias=True: EAGLE-3's fc has no bias (EAGLE-1 only)")
@@ -284,14 +287,19 @@ def compute_losses(config, head: EagleHead, target, batch, hidden, taps, steps: 
         draft_ids, in_draft = head.draft_to_target_ids(), head.t2d[...]
     loss, metrics = jnp.zeros((), jnp.float32), {}
     for k, (_, logits) in enumerate(outs):
-        ce, m = losses.eagle_step_loss(logits, target_logits, mask, k, draft_ids, in_draft)
+        step_loss, m = losses.eagle_step_loss(
+            logits, target_logits, mask, k, draft_ids, in_draft,
+            config.loss.kind, config.loss.temperature,
+        )  # fmt: skip
         metrics.update({f"step_{k}/{n}": v for n, v in m.items() if n != "coverage" or k == 0})
-        loss = loss + config.loss.decay**k * ce
+        if k == 0:
+            first = step_loss
+        loss = loss + config.loss.decay**k * step_loss
     if config.method == "eagle":
         feature = losses.eagle_feature_loss(outs[0][0], hidden, mask)
         metrics["feature_loss"] = feature
         lw = config.loss
-        loss = lw.feature_weight * feature + lw.token_weight * metrics["step_0/ce"]
+        loss = lw.feature_weight * feature + lw.token_weight * first
     return loss, metrics
 
 

@@ -98,7 +98,10 @@ def default_config() -> ml_collections.ConfigDict:
         seq_len=128,  # corpus rows
     )
     config.heads = dict(num_heads=4, num_layers=1, shared_blocks=False, bias=True)
-    config.loss = dict(decay=0.8)
+    # kind: "ce" (hard labels, Medusa-1) | "kl" | "tv" against the target's law at
+    # `temperature` (losses.LOSS_KINDS); the target's logits come from its LM head on the
+    # same features (stored or computed), so stored features need nothing more.
+    config.loss = dict(decay=0.8, kind="ce", temperature=1.0)
     config.joint = dict(
         enabled=False,
         heads_only_steps=100,
@@ -143,6 +146,7 @@ def check_config(config) -> None:
         raise ValueError(
             f"config.data.kind={config.data.kind!r} is not one of ('self_distill', 'corpus')"
         )
+    losses.check_loss_config(config.loss)
     if config.joint.enabled and config.features.precompute:
         raise ValueError(
             "config.features.precompute=True needs a frozen target, but config.joint.enabled="
@@ -280,32 +284,48 @@ def make_state(config, target: Model):
 RANKS = 10  # eval reports each head's hit rate at ranks 0..RANKS-1 (sparse-tree input)
 
 
-def _losses(config, trainable, batch, hidden, ref_logits, ranks: int = 0, heads_only=False):
+def _losses(
+    config, trainable, batch, hidden, ref_logits, ranks: int = 0, heads_only=False, unembed=None
+):
     """(loss, metrics) of one batch; `hidden` given for Medusa-1, computed here for joint.
 
     heads_only: Medusa-2's first stage: the backbone's features under stop_gradient and the
-    Medusa-1 loss alone, so no backbone gradient (and no KL reference) is computed.
+    heads' loss alone, so no backbone gradient (and no KL reference) is computed.
+    unembed: the frozen target's LM head (features -> logits), for the "kl"/"tv" losses.
     """
     tokens, mask = batch["tokens"], batch["mask"]
+    lc = config.loss
+    soft = lc.kind != "ce"
+
+    def heads_loss(head_logits, target_logits, with_ranks):
+        return losses.medusa_loss(
+            head_logits, tokens, mask, lc.decay, ranks if with_ranks else 0,
+            target_logits=target_logits, kind=lc.kind, temperature=lc.temperature,
+        )  # fmt: skip
+
     if isinstance(trainable, Joint):
         B, T = tokens.shape
         positions = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
         out = trainable.target(tokens, positions, KVCache.for_model(trainable.target.config, B, T))
+        # soft labels: the original target's law where the KL reference is computed, else
+        # the backbone's own (a constant either way)
+        law = None
+        if soft:
+            law = jax.lax.stop_gradient(out.logits if ref_logits is None else ref_logits)
         if heads_only:
             feature = jax.lax.stop_gradient(out.last_hidden)
-            return losses.medusa_loss(trainable.heads(feature), tokens, mask, config.loss.decay)
-        heads_loss, metrics = losses.medusa_loss(
-            trainable.heads(out.last_hidden), tokens, mask, config.loss.decay, ranks
-        )
+            return heads_loss(trainable.heads(feature), law, False)
+        h_loss, metrics = heads_loss(trainable.heads(out.last_hidden), law, True)
         lm = losses.next_token_ce(out.logits, tokens, mask)
         j = config.joint
-        loss = j.lm_weight * lm + j.heads_weight * heads_loss
-        metrics = {**metrics, "lm_loss": lm, "heads_loss": heads_loss}
+        loss = j.lm_weight * lm + j.heads_weight * h_loss
+        metrics = {**metrics, "lm_loss": lm, "heads_loss": h_loss}
         if j.kl_weight > 0:
             kl = losses.kl_to_reference(out.logits, ref_logits, tokens, mask)
             loss, metrics["kl"] = loss + j.kl_weight * kl, kl
         return loss, metrics
-    return losses.medusa_loss(trainable(hidden), tokens, mask, config.loss.decay, ranks)
+    law = jax.lax.stop_gradient(unembed(hidden)) if soft else None
+    return heads_loss(trainable(hidden), law, True)
 
 
 def make_steps(config, graphdef, target: Model, start: int = 0, layout=None, shardings=None):
@@ -320,6 +340,7 @@ def make_steps(config, graphdef, target: Model, start: int = 0, layout=None, sha
     t_params = parallel.shard_params(t_params, layout, "target parameters", target.config.head_dim)
     joint, nan_at = config.joint.enabled, config.train.debug_nan_at_step
     kl = joint and config.joint.kl_weight > 0
+    unembed = lambda h: nnx.merge(t_graphdef, t_params).unembed(h)  # noqa: E731
 
     def inputs(batch, heads_only=False):
         """The frozen target's features (or None: the joint model computes its own)."""
@@ -339,7 +360,9 @@ def make_steps(config, graphdef, target: Model, start: int = 0, layout=None, sha
         hidden, ref = inputs(batch, heads_only)
 
         def loss_fn(model):
-            loss, metrics = _losses(config, model, batch, hidden, ref, heads_only=heads_only)
+            loss, metrics = _losses(
+                config, model, batch, hidden, ref, heads_only=heads_only, unembed=unembed
+            )
             if nan_at > 0:  # static: the hook costs nothing when off
                 loss = jnp.where(optimizer.step[...] + 1 == nan_at, jnp.nan, loss)
             return loss, metrics
@@ -351,7 +374,7 @@ def make_steps(config, graphdef, target: Model, start: int = 0, layout=None, sha
     def eval_step(state, batch):
         trainable, _ = nnx.merge(graphdef, state)
         hidden, ref = inputs(batch)
-        loss, metrics = _losses(config, trainable, batch, hidden, ref, RANKS)
+        loss, metrics = _losses(config, trainable, batch, hidden, ref, RANKS, unembed=unembed)
         return {"loss": loss, **metrics}
 
     step = loop.jit_train_step(train_step, layout, shardings, static_argnames="heads_only")

@@ -30,14 +30,62 @@ def next_token_ce(logits, tokens, mask):
     return masked_mean(optax.softmax_cross_entropy_with_integer_labels(lg, labels), w)
 
 
+# The token losses both head trainers take (`config.loss.kind`):
+#   "ce": hard labels (Medusa: the row's token; EAGLE: its reference loss, the soft CE to the
+#         target's law at temperature 1, which equals "kl" at 1 up to the target's entropy);
+#   "kl": forward KL(p || q) of the target's law p to the drafter's q, both at the training
+#         temperature (soft labels: Medusa-2's self-distillation, HASS);
+#   "tv": the acceptance-rate loss 1 - sum_v min(p_v, q_v) (total variation; "LK losses"),
+#         which is exactly the chance that a probabilistic verifier rejects the draft.
+LOSS_KINDS = ("ce", "kl", "tv")
+
+
+def check_loss_config(loss) -> None:
+    """Refuse a bad `config.loss.kind` / `temperature`, naming the key and what is allowed."""
+    if loss.kind not in LOSS_KINDS:
+        raise ValueError(f"config.loss.kind={loss.kind!r} is not one of {LOSS_KINDS}")
+    t = loss.temperature
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
+        raise ValueError(f"config.loss.temperature={t!r} must be a number > 0")
+
+
+def law_loss(logits, target_logits, kind: str, temperature: float = 1.0):
+    """Per-entry distance of the drafter's law to the target's. [..., V] x [..., V] -> [...].
+
+    kind "kl": sum p (log p - log q); "tv": 1 - sum min(p, q); "ce": -sum p log q (soft CE).
+    Both laws are softmax(logits / temperature) in float32; the target side is a constant.
+    """
+    if kind not in LOSS_KINDS:
+        raise ValueError(f"loss kind={kind!r} is not one of {LOSS_KINDS}")
+    t = jnp.float32(temperature)
+    logq = jax.nn.log_softmax(logits.astype(jnp.float32) / t, -1)
+    logp = jax.nn.log_softmax(jax.lax.stop_gradient(target_logits).astype(jnp.float32) / t, -1)
+    p = jnp.exp(logp)
+    if kind == "tv":
+        return 1.0 - jnp.sum(jnp.minimum(p, jnp.exp(logq)), -1)
+    if kind == "kl":
+        return jnp.sum(p * (logp - logq), -1)
+    return -jnp.sum(p * logq, -1)
+
+
 def topk_hit(logits, labels, k: int):
     """[...] float32: 1 where the label is among the k largest logits (ties: lower id first)."""
     _, top = jax.lax.top_k(logits, k)  # [..., k]
     return jnp.any(top == labels[..., None], axis=-1).astype(jnp.float32)
 
 
-def medusa_loss(head_logits, tokens, mask, decay: float = 0.8, ranks: int = 0):
-    """Medusa-1's loss: sum_k decay^k CE(head_k at t, token at t + k + 2).
+def medusa_loss(
+    head_logits,
+    tokens,
+    mask,
+    decay: float = 0.8,
+    ranks: int = 0,
+    *,
+    target_logits=None,
+    kind: str = "ce",
+    temperature: float = 1.0,
+):
+    """Medusa's loss: sum_k decay^k loss(head_k at t, token at t + k + 2).
 
     Args:
       head_logits: [B, T, K, V] the heads' logits at every position.
@@ -45,15 +93,30 @@ def medusa_loss(head_logits, tokens, mask, decay: float = 0.8, ranks: int = 0):
       decay: lambda_k = decay^k (Medusa: 0.8).
       ranks: R > 0 adds "head_<k>/rank_<r>" for r < R: how often exactly the rank-r token is
         right (what `trees.sparse_tree` builds a tree from).
+      target_logits: [B, T, V] the target's logits at every position (needed by "kl"/"tv":
+        head k at t learns the target's law at t + k + 1, which predicts token t + k + 2).
+      kind: "ce" (hard labels, Medusa-1), "kl" or "tv" (`law_loss`).
+      temperature: the training temperature of "kl"/"tv".
     Returns:
-      (loss [], metrics {"head_<k>/ce", "head_<k>/top1", "head_<k>/top5", ...} of [] each).
+      (loss [], metrics {"head_<k>/ce", "head_<k>/top1", "head_<k>/top5", ...} of [] each;
+      "head_<k>/law" too when kind is "kl" or "tv").
     """
+    if kind not in LOSS_KINDS:
+        raise ValueError(f"loss kind={kind!r} is not one of {LOSS_KINDS}")
+    if kind != "ce" and target_logits is None:
+        raise ValueError(f"loss kind={kind!r} needs the target's logits")
     K = head_logits.shape[2]
     loss, metrics = jnp.zeros((), jnp.float32), {}
     for k in range(K):
         lg, labels, w = _shifted(head_logits[:, :, k], tokens, mask, k + 2)  # [B, T-k-2, V]
         ce = masked_mean(optax.softmax_cross_entropy_with_integer_labels(lg, labels), w)
-        loss = loss + decay**k * ce
+        if kind == "ce":
+            loss = loss + decay**k * ce
+        else:
+            tl = target_logits[:, k + 1 : k + 1 + lg.shape[1]]  # [B, T-k-2, V]
+            law = masked_mean(law_loss(lg, tl, kind, temperature), w)
+            loss = loss + decay**k * law
+            metrics[f"head_{k}/law"] = law
         metrics[f"head_{k}/ce"] = ce
         metrics[f"head_{k}/top1"] = masked_mean(topk_hit(lg, labels, 1), w)
         metrics[f"head_{k}/top5"] = masked_mean(topk_hit(lg, labels, min(5, lg.shape[-1])), w)
@@ -89,7 +152,16 @@ def soft_cross_entropy(logits, target_logits):
     return -jnp.sum(p * jax.nn.log_softmax(logits.astype(jnp.float32), -1), -1)
 
 
-def eagle_step_loss(draft_logits, target_logits, mask, step: int, draft_ids=None, in_draft=None):
+def eagle_step_loss(
+    draft_logits,
+    target_logits,
+    mask,
+    step: int,
+    draft_ids=None,
+    in_draft=None,
+    kind: str = "ce",
+    temperature: float = 1.0,
+):
     """The token loss of drafting step k (EAGLE-3's training-time test; EAGLE-1 at k = 0).
 
     Entry t of step k drafts token t + k + 2: its label is the target's distribution at
@@ -107,8 +179,10 @@ def eagle_step_loss(draft_logits, target_logits, mask, step: int, draft_ids=None
       step: k >= 0.
       draft_ids: [Vd] int32 target id of each draft id (None: Vd = V, the identity).
       in_draft: [V] bool, the target ids in the draft vocabulary (t2d; None: all).
+      kind: "ce" (soft CE at temperature 1: the reference's loss), "kl" or "tv"
+        (`law_loss` at `temperature`, over the draft vocabulary's renormalised law).
     Returns:
-      (loss [] masked mean soft CE, metrics {"ce", "top1", "coverage"} of [] each;
+      (loss [] masked mean of that loss, metrics {"ce", "top1", "coverage"} of [] each;
       coverage: the share of counted entries whose target argmax is draftable).
     """
     s = step + 2
@@ -121,11 +195,12 @@ def eagle_step_loss(draft_logits, target_logits, mask, step: int, draft_ids=None
     if draft_ids is not None:
         tl = jnp.take(tl, draft_ids, axis=-1)  # [B, T-s, Vd] restricted to the draft ids
     ce = masked_mean(soft_cross_entropy(lg, tl), w * keep)
+    loss = ce if kind == "ce" else masked_mean(law_loss(lg, tl, kind, temperature), w * keep)
     drafted = jnp.argmax(lg, -1)  # [B, T-s] draft ids
     if draft_ids is not None:
         drafted = draft_ids[drafted]  # target ids
     top1 = masked_mean((drafted == best).astype(jnp.float32), w)
-    return ce, {"ce": ce, "top1": top1, "coverage": masked_mean(keep, w)}
+    return loss, {"ce": ce, "top1": top1, "coverage": masked_mean(keep, w)}
 
 
 def eagle_feature_loss(pred_hidden, hidden, mask):

@@ -339,6 +339,8 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_parameters(
         ({"method": "eagle", "head.draft_vocab_size": 8}, r"EAGLE-3 options"),
         ({"head.draft_vocab_size": 10_000}, r"draft_vocab_size=10000 exceeds"),
         ({"loss.noise": -0.5}, r"config.loss.noise=-0.5 must be >= 0"),
+        ({"loss.kind": "mse"}, r"config.loss.kind='mse' is not one of"),
+        ({"loss.temperature": -1.0}, r"config.loss.temperature=-1.0 must be a number > 0"),
     ],
 )
 def test_bad_configs_are_refused_by_name(corpus, target_dir, tmp_path, change, match):
