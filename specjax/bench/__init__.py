@@ -102,6 +102,9 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.repeats = 3
     cfg.tau_vs_n = (1, 2, 4, 8)
     cfg.tau_vs_n_temperature = 0.0
-    cfg.data = ml_collections.ConfigDict(dict(source="embedded", eval_fraction=0.05, seed=0))
+    # source "spec_bench": Spec-Bench's questions (categories: a subset; empty: all 13)
+    cfg.data = ml_collections.ConfigDict(
+        dict(source="embedded", eval_fraction=0.05, seed=0, categories=())
+    )
     cfg.seed = 0
     return cfg

@@ -7,6 +7,7 @@ both take a config with `target` / `draft` paths and the workload keys (`data`,
 
 from __future__ import annotations
 
+from specjax.bench import spec_bench
 from specjax.bench.methods import Drafts, check_methods
 from specjax.heads import check_heads_fit
 from specjax.io.drafts import load_draft
@@ -62,7 +63,17 @@ def resolve_models(cfg, target=None, draft=None, heads=None) -> tuple[Model, Mod
 
 
 def prompts_by_category(cfg, tokenizer) -> dict[str, list[list[int]]]:
-    """{category: prompt ids}: `cfg.num_prompts` held-out prompts of each category."""
+    """{category: prompt ids}: `cfg.num_prompts` held-out prompts of each category.
+
+    `cfg.data.source = "spec_bench"`: Spec-Bench's questions (`specjax.bench.spec_bench`),
+    chat-templated, at most `cfg.prompt_tokens` long, in `cfg.data.categories` (empty: all).
+    Any other source: `prompt_tokens`-token windows of the corpus's held-out split.
+    """
+    if cfg.data.source == "spec_bench":
+        return spec_bench.prompts_by_category(
+            tokenizer, int(cfg.num_prompts), int(cfg.prompt_tokens), int(cfg.seed),
+            tuple(cfg.data.get("categories") or ()) or None,
+        )  # fmt: skip
     ds = data.load_text_dataset(cfg.data.source)
     _, eval_ds = data.split_dataset(ds, cfg.data.eval_fraction, cfg.data.seed)
     grouped: dict[str, list[list[int]]] = {}
