@@ -474,3 +474,55 @@ def held_out_prompts(
     if not prompts:
         raise ValueError(f"no eval document has prompt_tokens={prompt_tokens} tokens")
     return prompts
+
+
+# Instructions made from a corpus window, covering Spec-Bench's task types (writing, roleplay,
+# reasoning, math, coding, extraction, stem, humanities, translation, summarization, qa, rag),
+# so that heads trained on a chat model's answers see the kinds of requests it serves without
+# a single Spec-Bench question among them.
+INSTRUCTIONS = (
+    "Summarize the following text in a few sentences.\n\n{text}",
+    "Explain what the following passage is about, as if to a student.\n\n{text}",
+    "Continue the following text for a paragraph, in the same style.\n\n{text}",
+    "Translate the following text into French.\n\n{text}",
+    "Translate the following text into German.\n\n{text}",
+    "List the key facts stated in the following text as bullet points.\n\n{text}",
+    "Read the following text, then answer: what is its main point?\n\n{text}",
+    "Write a short story inspired by the following text.\n\n{text}",
+    "Pretend you are the author of the following text and explain why you wrote it.\n\n{text}",
+    "Write a Python function related to the following text, and explain it.\n\n{text}",
+    "Explain this step by step, then say what could go wrong.\n\n{text}",
+    "Using only the document below, answer: what does it describe?\n\nDocument:\n{text}",
+    "Solve step by step: a shop sells {a} items a day for {b} days, then {c} a day for {d} "
+    "days. How many items does it sell in all?",
+    "If a train travels {a} km in {b} hours, then {c} km in {d} hours, what is its average "
+    "speed over the whole trip? Show your reasoning.",
+)
+
+
+def instruction_prompts(
+    ds: datasets.Dataset, tokenizer, num_prompts: int, prompt_tokens: int, seed: int = 0
+) -> list[tuple[str, list[int]]]:
+    """Chat prompts made from the corpus: num_prompts per category of `ds`.
+
+    Prompt j of a category wraps a window of at most `prompt_tokens` tokens of one of its
+    documents (the `held_out_prompts` order) in instruction j mod len(INSTRUCTIONS), with
+    numbers drawn from the same seeded generator, and renders it with the tokenizer's chat
+    template when it has one (a chat model's own format), else as plain text.
+
+    Returns:
+      [(category, token ids)], grouped by category.
+    """
+    windows = held_out_prompts(ds, tokenizer, num_prompts, prompt_tokens, seed)
+    rng = np.random.default_rng([seed, 7])
+    prompts = []
+    for j, (category, ids) in enumerate(windows):
+        numbers = {k: int(v) for k, v in zip("abcd", rng.integers(2, 60, 4), strict=True)}
+        text = INSTRUCTIONS[j % len(INSTRUCTIONS)].format(
+            text=tokenizer.decode(ids).strip(), **numbers
+        )
+        if getattr(tokenizer, "chat_template", None):
+            prompts.append((category, tokenizer.encode(tokenizer.chat(text))))
+        else:
+            prompts.append((category, tokenizer.encode(text)))
+    return prompts

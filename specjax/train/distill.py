@@ -53,7 +53,9 @@ def self_distill(
 
     Args:
       target: the model whose outputs the heads learn.
-      prompts: token-id lists, all of one length (rows are then prompt + new_tokens long).
+      prompts: token-id lists. Of one length, rows are prompt + new_tokens long; of several
+        (chat prompts), each row is right-padded to the longest with the tokenizer's pad id
+        (0 without one), masked out: causal attention never lets a pad reach a label.
       new_tokens: tokens generated per prompt (stop ids disabled: every row is full length).
       sampling: the target's sampling (temperature 0 = its greedy continuations).
       cache_dir: parent directory of the stored datasets.
@@ -64,12 +66,15 @@ def self_distill(
     Returns:
       Dataset with `input_ids` [prompt + new_tokens] and `loss_mask` (int8) columns.
     """
-    lengths = {len(p) for p in prompts}
-    if len(lengths) != 1:
-        raise ValueError(f"self_distill needs prompts of one length, got {sorted(lengths)}")
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("self_distill needs at least one prompt, none of them empty")
+    lengths = [len(p) for p in prompts]
+    flat = np.concatenate([np.asarray(p, np.int32) for p in prompts])
+    if len(set(lengths)) > 1:  # ragged: the lengths join the hash (one length: as before)
+        flat = np.concatenate([flat, np.asarray(lengths, np.int32)])
     key = {
         "target": target_fingerprint(target),
-        "prompts": hashlib.sha256(np.asarray(prompts, np.int32).tobytes()).hexdigest(),
+        "prompts": hashlib.sha256(flat.tobytes()).hexdigest(),
         "new_tokens": int(new_tokens),
         "sampling": repr(sampling),
     }
@@ -93,8 +98,10 @@ def self_distill(
             )
             rows += [p + t for p, t in zip(chunk[:real], out.tokens[:real], strict=True)]
             bar.update(real)
-    prompt_len = lengths.pop()
-    mask = [[0] * prompt_len + [1] * new_tokens for _ in rows]
+    width = max(lengths) + new_tokens
+    pad_id = (target.tokenizer.pad_token_id if target.tokenizer is not None else None) or 0
+    mask = [[0] * n + [1] * new_tokens + [0] * (width - n - new_tokens) for n in lengths]
+    rows = [r + [pad_id] * (width - len(r)) for r in rows]
     ds = datasets.Dataset.from_dict({"input_ids": rows, "loss_mask": mask})
     ds = ds.cast_column("input_ids", datasets.Sequence(datasets.Value("int32")))
     ds = ds.cast_column("loss_mask", datasets.Sequence(datasets.Value("int8")))

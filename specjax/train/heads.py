@@ -89,8 +89,15 @@ def default_config() -> ml_collections.ConfigDict:
         num_prompts=128,  # self_distill: prompts per category from the train split
         eval_prompts=8,  # ... and from the eval split
         prompt_tokens=32,
+        # "window": prompt_tokens-token windows of the corpus (a base model continues them);
+        # "instruction": instructions made from those windows, chat-templated when the target
+        # has a template (data.instruction_prompts: a chat model answers them)
+        prompt_style="window",
         new_tokens=96,
         temperature=0.0,  # the target's sampling while it regenerates
+        # several: the prompts are split evenly between these sampling temperatures (e.g.
+        # (0.0, 1.0): one head set for greedy and sampled serving); empty: `temperature`
+        temperatures=(),
         top_k=0,
         top_p=1.0,
         generate_batch_size=32,
@@ -147,6 +154,11 @@ def check_config(config) -> None:
             f"config.data.kind={config.data.kind!r} is not one of ('self_distill', 'corpus')"
         )
     losses.check_loss_config(config.loss)
+    style = config.data.get("prompt_style", "window")
+    if style not in ("window", "instruction"):
+        raise ValueError(
+            f"config.data.prompt_style={style!r} is not one of ('window', 'instruction')"
+        )
     if config.joint.enabled and config.features.precompute:
         raise ValueError(
             "config.features.precompute=True needs a frozen target, but config.joint.enabled="
@@ -178,25 +190,40 @@ def prepare_rows(config, target: Model, workdir: Path, mesh=None) -> tuple[dict,
             packed = data.pack(data.tokenize(split["text"], tok), d.seq_len, tok.eos_token_id)
             rows.append({"tokens": packed, "mask": np.ones(packed.shape, np.int8)})
         return rows[0], rows[1]
-    sampling = sp.SamplingParams(
-        temperature=float(d.temperature), top_k=int(d.top_k), top_p=float(d.top_p),
-        seed=int(config.seed),
-    )  # fmt: skip
+    temperatures = tuple(d.get("temperatures") or ()) or (float(d.temperature),)
+    styles = {"window": data.held_out_prompts, "instruction": data.instruction_prompts}
+    make_prompts = styles[d.get("prompt_style", "window")]
     cache = Path(d.cache_dir) if d.cache_dir else workdir / DISTILL
     out = []
     for split, count, seed in (
         (train_ds, d.num_prompts, d.seed),
         (eval_ds, d.eval_prompts, d.seed + 1),
     ):
-        prompts = [
-            ids for _, ids in data.held_out_prompts(split, tok, count, d.prompt_tokens, seed)
-        ]
-        rows = distill.self_distill(
-            target, prompts, d.new_tokens, sampling, cache,
-            batch_size=d.generate_batch_size, progress=config.train.progress, mesh=mesh,
-        )  # fmt: skip
-        out.append(distill.as_rows(rows))
+        prompts = [ids for _, ids in make_prompts(split, tok, count, d.prompt_tokens, seed)]
+        parts = []
+        for i, temperature in enumerate(temperatures):
+            sampling = sp.SamplingParams(
+                temperature=float(temperature), top_k=int(d.top_k), top_p=float(d.top_p),
+                seed=int(config.seed),
+            )  # fmt: skip
+            share = prompts[i :: len(temperatures)]  # every category in every share
+            if not share:
+                continue
+            rows = distill.self_distill(
+                target, share, d.new_tokens, sampling, cache,
+                batch_size=d.generate_batch_size, progress=config.train.progress, mesh=mesh,
+            )  # fmt: skip
+            parts.append(distill.as_rows(rows))
+        out.append(_concat_rows(parts))
     return out[0], out[1]
+
+
+def _concat_rows(parts: list[dict]) -> dict:
+    if len(parts) == 1:
+        return parts[0]
+    width = max(p["tokens"].shape[1] for p in parts)
+    pad = lambda a: np.pad(a, ((0, 0), (0, width - a.shape[1])))  # noqa: E731
+    return {k: np.concatenate([pad(p[k]) for p in parts]) for k in parts[0]}
 
 
 # ------------------------------------------------------------------------------- features

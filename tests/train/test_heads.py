@@ -108,6 +108,32 @@ def test_soft_label_losses_train_the_heads(corpus, target_dir, tmp_path, kind, t
     assert logged[-1]["train/loss"] < 0.5 * logged[0]["train/loss"]
 
 
+def test_chat_instructions_at_two_temperatures(corpus, target_dir, tmp_path):
+    """prompt_style="instruction": chat-templated instructions of several lengths, split
+    between T=0 and T=1; each row is its prompt, the target's continuation, then masked pads."""
+    config = heads_config(corpus, target_dir)
+    config.data.update(kind="self_distill", num_prompts=4, eval_prompts=1, prompt_tokens=6,
+                       new_tokens=5, generate_batch_size=2, prompt_style="instruction",
+                       temperatures=(0.0, 1.0))  # fmt: skip
+    target = sj.load_model(target_dir)
+    target.tokenizer.chat_template = "[{{ messages[-1]['content'] }}]"
+    rows, _ = th.prepare_rows(config, target, tmp_path)
+    lengths = (rows["mask"] == 0).argmin(1)  # where each response starts
+    assert len(set(lengths.tolist())) > 1  # ragged prompts, right-padded
+    assert rows["mask"].sum(1).tolist() == [5] * 4
+    for i in range(4):
+        text = target.tokenizer.decode(rows["tokens"][i, : lengths[i]].tolist())
+        assert text.startswith("[") and text.endswith("]"), text
+    greedy = [rows["tokens"][i, : lengths[i]].tolist() for i in (0, 1)]  # the T=0 share
+    out = sj.generate(target, greedy, 5, stop_token_ids=[])
+    for i in (0, 1):
+        assert rows["tokens"][i, lengths[i] : lengths[i] + 5].tolist() == out.tokens[i]
+    sampled = [rows["tokens"][i, lengths[i] : lengths[i] + 5].tolist() for i in (2, 3)]
+    again = sj.generate(target, [rows["tokens"][i, : lengths[i]].tolist() for i in (2, 3)], 5,
+                        stop_token_ids=[]).tokens  # fmt: skip
+    assert sampled != again  # the second share was sampled (T=1), not greedy
+
+
 @pytest.mark.slow
 def test_sigkilled_run_resumes_to_the_uninterrupted_parameters(corpus, target_dir, tmp_path):
     overrides = {"train.num_steps": 400, "train.checkpoint_every": 50, "train.eval_every": 200}
