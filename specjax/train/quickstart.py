@@ -71,6 +71,11 @@ def quickstart(config: ml_collections.ConfigDict, workdir) -> dict:
       benchmark's rows: method, category, batch_size, temperature, tau, speedup, ...).
     """
     workdir = Path(workdir).absolute()
+    if config.get("target_required") and not config.target_path:
+        raise ValueError(
+            f"config.target_path is empty and this pipeline needs a real target: "
+            f"{config.target_required}, or pass --config.target_path=<a .gguf or HF directory>"
+        )
 
     log.info("quickstart 1/6: target LM")
     if config.target_path:
@@ -79,14 +84,19 @@ def quickstart(config: ml_collections.ConfigDict, workdir) -> dict:
         target_summary = train_lm(config.target, workdir / "target")
         target_dir = workdir / "target" / HF
 
-    log.info("quickstart 2/6: draft LM (the target's tokenizer)")
-    draft_config = config.draft.copy_and_resolve_references()
-    if not draft_config.tokenizer.path:
-        draft_config.tokenizer.path = str(target_dir)
-    draft_summary = train_lm(draft_config, workdir / "draft")
+    draft_summary, draft = None, None
+    if config.get("draft_enabled", True):
+        log.info("quickstart 2/6: draft LM (the target's tokenizer)")
+        draft_config = config.draft.copy_and_resolve_references()
+        if not draft_config.tokenizer.path:
+            draft_config.tokenizer.path = str(target_dir)
+        draft_summary = train_lm(draft_config, workdir / "draft")
+        draft = load_model(workdir / "draft")
+    else:
+        log.info("quickstart 2/6: no draft LM (draft_enabled=False)")
 
     log.info("quickstart 3/6: Medusa heads on the frozen target (Medusa-1)")
-    target, draft = load_model(target_dir), load_model(workdir / "draft")
+    target = load_model(target_dir)
     medusa_config = config.medusa.copy_and_resolve_references()
     medusa_config.target = str(target_dir)
     # One self-distillation for both head trainers: the target generates the rows once.
@@ -114,19 +124,21 @@ def quickstart(config: ml_collections.ConfigDict, workdir) -> dict:
     text_ids = target.tokenizer.encode("def main(argv):\n    return 0\n")
     prompt = (text_ids * config.bench.prompt_tokens)[: config.bench.prompt_tokens]
     for model, info in ((target, target_summary), (draft, draft_summary)):
-        info["decode_ms_per_token"] = decode_ms_per_token(
-            model, prompt, config.bench.max_new_tokens
-        )
+        if model is not None:
+            info["decode_ms_per_token"] = decode_ms_per_token(
+                model, prompt, config.bench.max_new_tokens
+            )
 
     log.info("quickstart 6/6: report")
     summary = {
         "task": "quickstart",
         "target": {"model": _describe(target), **target_summary},
-        "draft": {"model": _describe(draft), **draft_summary},
+        "draft": None if draft is None else {"model": _describe(draft), **draft_summary},
         "medusa": medusa_summary,
         "eagle3": eagle3_summary,
-        "decode_cost_ratio": draft_summary["decode_ms_per_token"]
-        / target_summary["decode_ms_per_token"],
+        "decode_cost_ratio": None
+        if draft is None
+        else draft_summary["decode_ms_per_token"] / target_summary["decode_ms_per_token"],
         "runs": bench["runs"],
     }
     if jax.process_index() == 0:  # several processes share the workdir: one writer
@@ -154,6 +166,7 @@ def report_markdown(summary: dict) -> str:
             [name, s["model"], s.get("step", "-"), _fmt(s.get("eval_loss"), ".3f"),
              _fmt(s.get("eval_perplexity"), ".1f"), f"{s['decode_ms_per_token']:.2f}"]
             for name, s in ((n, summary[n]) for n in ("target", "draft"))
+            if s is not None
         ],
         "llrrrr",
     )  # fmt: skip
@@ -173,9 +186,9 @@ def report_markdown(summary: dict) -> str:
         "",
         models,
         "",
-        f"Decode cost ratio c = draft / target = {summary['decode_cost_ratio']:.3f}.",
-        "",
     ]
+    if summary["decode_cost_ratio"] is not None:
+        lines += [f"Decode cost ratio c = draft / target = {summary['decode_cost_ratio']:.3f}.", ""]
     medusa = summary.get("medusa")
     if medusa:
         lines += [
