@@ -174,6 +174,23 @@ def test_stream_yields_the_same_tokens(target, prompts, stop_ids):
     assert len(chunks) == max(len(t) for t in want)
 
 
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"stop_token_ids": [-3]}, "stop"),
+        ({"speculative_config": {"method": "medusa7"}}, "medusa7"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+    ],
+)
+def test_stream_refuses_bad_input_at_the_call(target, prompts, kwargs, match):
+    """Errors come from the call itself, before any `next()`, as from `generate`."""
+    args = {"max_new_tokens": NEW, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        sj.generate_stream(target, prompts, **args)  # never iterated
+    with pytest.raises(ValueError, match=match):
+        sj.generate(target, prompts, **args)
+
+
 @pytest.fixture(scope="module")
 def text_model(tiny_config):
     text = "the quick brown fox jumps over the lazy dog. hello world, hello there. "

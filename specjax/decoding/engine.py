@@ -336,11 +336,16 @@ def generate_stream(
 ) -> Iterator[list[list[int]]]:
     """Like `generate`, one jitted step per iteration: yields each row's new tokens per step.
 
-    The decode state (caches included) is donated to every step call.
+    The decode state (caches included) is donated to every step call. Bad prompts, sampling
+    or configs raise here, at the call, as `generate` does (not at the first `next()`).
     """
-    model, rows, static, params, args = _setup(
+    _, rows, static, params, args = _setup(
         model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds, mesh
     )
+    return _stream(rows, static, params, args)
+
+
+def _stream(rows, static, params, args) -> Iterator[list[list[int]]]:
     state = _prefill_jit(static, params, *args)
     seen = np.zeros(len(rows), np.int64)
     while True:
