@@ -640,8 +640,8 @@ def keep_best(tokens, scores, parents, depth, num_keep: int):
       depth: [C] int32 each candidate's depth (1 under the root).
       num_keep: P, the draft nodes of the block (static).
     Returns:
-      (tokens [B, P], valid [B, P] (finite score), Topology with [B, P+1] parents and depth,
-      the root prepended).
+      (tokens [B, P], valid [B, P] (finite score and every ancestor kept and valid),
+      Topology with [B, P+1] parents and depth, the root prepended).
     """
     B, C = tokens.shape
     _, kept = jax.lax.top_k(scores, num_keep)  # [B, P] ties go to the lower index
@@ -659,5 +659,16 @@ def keep_best(tokens, scores, parents, depth, num_keep: int):
         parents=jnp.concatenate([jnp.full((B, 1), -1, jnp.int32), block_parent], axis=1),
         depth=jnp.concatenate([jnp.zeros((B, 1), jnp.int32), jnp.asarray(depth)[kept]], axis=1),
     )
-    valid = jnp.isfinite(jnp.take_along_axis(scores, kept, axis=1))  # [B, P]
+    finite = jnp.isfinite(jnp.take_along_axis(scores, kept, axis=1))  # [B, P]
+    # A kept node whose parent was not kept would hang under the root, where its logits and KV
+    # were computed with other ancestors: such a node (and, in index order, its kept
+    # descendants) is never offered. Unreachable by scores alone (see above); here by data.
+    attached = (kept_parent < 0) | (up > 0)  # [B, P]
+
+    def settle(i, valid):  # block parents precede their children: one pass in index order
+        parent = block_parent[:, i]  # [B] 0 = the root
+        ok = valid[:, i] & ((parent == 0) | valid[rows[:, 0], jnp.maximum(parent - 1, 0)])
+        return valid.at[:, i].set(ok)
+
+    valid = jax.lax.fori_loop(0, num_keep, settle, finite & attached)
     return jnp.take_along_axis(tokens, kept, axis=1), valid, topology

@@ -227,6 +227,20 @@ def test_keep_best_is_closed_under_ancestors_on_ties():
     assert np.asarray(valid).tolist() == [[True, False]]
 
 
+def test_keep_best_never_offers_a_node_whose_parent_was_dropped():
+    """Crafted scores where a child outscores its parent (impossible for real log-probs): the
+    child and its kept descendant are kept but not offered, never re-hung under the root."""
+    # 0, 1 under the root; 2 under 1; 3 under 2. Candidate 1 loses to 0, 2 and 3.
+    tokens = jnp.asarray([[10, 11, 12, 13], [10, 11, 12, 13]])
+    scores = jnp.asarray([[0.0, -9.0, -1.0, -2.0], [0.0, -1.0, -2.0, -3.0]])
+    parents = jnp.asarray([[-1, -1, 1, 2], [-1, -1, 1, 2]])
+    depth = jnp.asarray([1, 1, 2, 3])
+    tok, valid, topo = trees.keep_best(tokens, scores, parents, depth, 3)
+    assert np.asarray(tok).tolist() == [[10, 12, 13], [10, 11, 12]]
+    assert np.asarray(valid).tolist() == [[True, False, False], [True, True, True]]
+    assert np.asarray(topo.parents)[1].tolist() == [-1, 0, 0, 2]
+
+
 def test_dynamic_tree_scoring_law():
     """T=0: the drafter's law sharpened by GREEDY_SCORE_TEMPERATURE; T>0: the decode's processed
     law (top-k outside -inf); an explicit score_temperature at any T."""
