@@ -155,6 +155,16 @@ def _tree(raw: dict, k: int) -> trees.Tree | trees.DynamicTree:
             f"speculative_config['draft_tree'] has depth {tree.max_depth}; at most "
             f"{MAX_SPECULATIVE_TOKENS} is supported"
         )
+    depths = [0]
+    for p in tree.parents[1:]:
+        depths.append(depths[p] + 1)
+    late = next((j for j in range(1, len(depths)) if depths[j] < depths[j - 1]), None)
+    if late is not None:
+        raise ValueError(
+            f"speculative_config['draft_tree']: node {late} (depth {depths[late]}) comes after "
+            f"node {late - 1} (depth {depths[late - 1]}); trees must be breadth-first (every "
+            "node of depth d before any of depth d + 1), as trees.from_choices builds them"
+        )
     return tree
 
 
@@ -225,6 +235,12 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
             f"speculative_config['draft_tree']={{'dynamic': ...}} (EAGLE-2's dynamic tree) is "
             f"only supported for methods {DYNAMIC_TREE_METHODS}, not {method!r}"
         )
+    if method == "draft_model" and raw.get("draft_tree") is not None and tree.max_depth != k:
+        raise ValueError(
+            f"speculative_config['draft_tree'] has depth {tree.max_depth} but "
+            f"num_speculative_tokens={k}: the draft model drafts the tree's depth, so the two "
+            "must agree (set num_speculative_tokens to the tree's depth)"
+        )
     if method in (*EAGLE_METHODS, "medusa") and tree.max_depth > k:
         raise ValueError(
             f"speculative_config['draft_tree'] has depth {tree.max_depth}, deeper than "
@@ -271,10 +287,22 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
             "speculative_config['verification']='typical' is lossy (Medusa's typical "
             "acceptance changes the output distribution): set allow_lossy=True"
         )
+    ignored = [key for key in ("prompt_lookup_min", "prompt_lookup_max") if key in raw]
+    if method != "ngram" and ignored:
+        raise ValueError(
+            f"speculative_config keys {ignored} are prompt lookup's; method={method!r} "
+            "ignores them: leave them unset"
+        )
     eps = raw.get("typical_epsilon", 0.09)
     delta = raw.get("typical_delta", 0.3)
     for key, val in (("typical_epsilon", eps), ("typical_delta", delta)):
         check_real(f"speculative_config[{key!r}]", val, 0.0)
+    ignored = [key for key in ("typical_epsilon", "typical_delta") if key in raw]
+    if mode != "typical" and ignored:
+        raise ValueError(
+            f"speculative_config keys {ignored} set Medusa's typical acceptance; "
+            f"verification={mode!r} ignores them: leave them unset (or use 'typical')"
+        )
     return SpecConfig(
         method=method,
         num_speculative_tokens=k,

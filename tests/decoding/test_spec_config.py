@@ -201,6 +201,40 @@ def test_bad_draft_tree(target, tree, match):
     _refused(target, _draft(target, draft_tree=tree), ValueError, match)
 
 
+@pytest.mark.parametrize(
+    "tree", ["topk_5x2", {"depth": 2, "width": 2}, "chain_4", [(0,), (1,), (0, 0)]]
+)
+def test_draft_model_tree_depth_must_match_num_speculative_tokens(target, tree):
+    """ "topk_5x2" with num_speculative_tokens=3 would draft depth 5 while the user asked for 3:
+    refused by name, not silently followed."""
+    _refused(
+        target,
+        _draft(target, draft_tree=tree),
+        ValueError,
+        r"depth \d but num_speculative_tokens=3",
+    )
+
+
+def test_a_tree_that_is_not_breadth_first_is_refused(target):
+    # node 2 (depth 2, child of 1) before node 3 (depth 1): topological but not breadth-first
+    tree = sj.decoding.trees.Tree((-1, 0, 1, 0))
+    _refused(target, _draft(target, num_speculative_tokens=2, draft_tree=tree), ValueError,
+             "node 3 \\(depth 1\\) comes after node 2 \\(depth 2\\).*breadth-first")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "cfg_fn,match",
+    [
+        (lambda t: _draft(t, prompt_lookup_min=2), r"\['prompt_lookup_min'\] are prompt lookup's"),
+        (lambda t: {"method": "lookahead", "prompt_lookup_max": 3}, "prompt_lookup_max"),
+        (lambda t: _draft(t, typical_epsilon=0.1), r"\['typical_epsilon'\] set Medusa's typical"),
+        (lambda t: _ngram(typical_delta=0.2), r"typical_delta.*verification='greedy' ignores"),
+    ],
+)
+def test_keys_a_method_ignores_are_refused(target, cfg_fn, match):
+    _refused(target, cfg_fn(target), ValueError, match)
+
+
 def test_draft_tree_refused_for_ngram(target):
     cfg = _ngram(draft_tree={"depth": 2, "width": 2})
     _refused(
