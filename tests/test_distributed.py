@@ -208,6 +208,7 @@ def run_children(tmp_path: Path, timeout_s: int, args: dict | None = None) -> di
     return {role: dict(np.load(tmp_path / f"{role}.npz")) for role in ROLES}
 
 
+@pytest.mark.slow  # two processes of jax.distributed: half a minute
 @pytest.mark.skipif(not GLOO, reason=NO_GLOO)
 def test_two_processes_give_one_process_numbers(tmp_path):
     numbers = run_children(tmp_path, TIMEOUT_S)

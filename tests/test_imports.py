@@ -84,6 +84,7 @@ def test_import_specjax_and_generate_without_the_optional_modules():
     assert proc.stdout.startswith("ok")
 
 
+@pytest.mark.slow  # a child interpreter running the device check: 20 s
 def test_device_check_tiny_runs_without_the_optional_modules(tmp_path):
     out = tmp_path / "device_check.json"
     argv = ["device_check.py", "--tiny", f"--out={out}"]

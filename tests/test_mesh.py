@@ -40,6 +40,7 @@ def run_mesh_suite(marker: str) -> None:
     assert " passed" in proc.stdout, f"the 8-device mesh suite ran no test:\n{tail}"
 
 
+@pytest.mark.slow  # 1.5 min of 8-device programs: CI runs it with the slow tests
 def test_mesh_suite():
     run_mesh_suite("not slow and not gpu")
 

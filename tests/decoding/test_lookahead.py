@@ -96,6 +96,7 @@ def test_window_mask_by_hand():
     assert m.tolist() == want
 
 
+@pytest.mark.slow  # a cell-by-cell replay of the window: half a minute
 def test_window_cells_see_exactly_their_trajectory(target):
     """Each window cell's logits in the combined forward equal the target's on the explicit
     sequence prefix, root, w[0, 0..i], w[1, i], ..., w[l, i] (its trajectory, one token per

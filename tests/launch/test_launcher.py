@@ -128,6 +128,7 @@ def _cache_files(path: Path) -> set[str]:
     return {p.name for p in path.iterdir()}
 
 
+@pytest.mark.slow  # two launcher processes: 20 s
 def test_the_second_run_hits_the_compilation_cache(tmp_path):
     """Run 1 compiles and writes `<workdir>/jax_cache`; run 2, in another workdir given that
     cache, compiles nothing: no persistent-cache miss logged and no entry added."""
