@@ -97,7 +97,14 @@ def make_mesh(data: int = 1, model: int = 1, devices=None) -> Mesh:
 
 
 def check_mesh(mesh) -> Mesh:
-    """The mesh, if its axes are named ("data", "model"); TypeError/ValueError otherwise."""
+    """The mesh to run on, if its axes are named ("data", "model"); TypeError/ValueError
+    otherwise.
+
+    Any axis types are accepted: a mesh from `jax.make_mesh`, whose axes are `Explicit` by
+    default, comes back as the same devices and names with `Auto` axes, which is what
+    specjax's rules (NamedShardings that the compiler propagates) are written for; under
+    `Explicit` axes every gather inside the jitted loop would need an `out_sharding`.
+    """
     if not isinstance(mesh, Mesh):
         raise TypeError(f"mesh must be a jax.sharding.Mesh (or None), got {type(mesh).__name__}")
     if tuple(mesh.axis_names) != MESH_AXES:
@@ -105,6 +112,10 @@ def check_mesh(mesh) -> Mesh:
             f"mesh axes must be named {MESH_AXES}, got {tuple(mesh.axis_names)}; "
             f"build one with specjax.parallel.make_mesh(data, model)"
         )
+    axis_type = getattr(jax.sharding, "AxisType", None)
+    types = getattr(mesh, "axis_types", None)
+    if axis_type is not None and types is not None and any(t != axis_type.Auto for t in types):
+        mesh = Mesh(mesh.devices, mesh.axis_names, axis_types=(axis_type.Auto,) * len(types))
     return mesh
 
 

@@ -88,3 +88,17 @@ def test_initialize_distributed_without_a_cluster_does_nothing(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     assert parallel.initialize_distributed() is False
     assert jax.process_count() == 1
+
+
+def test_an_explicit_mesh_is_served_as_its_auto_twin(target):
+    """jax.make_mesh's default axis types are Explicit; check_mesh hands back the same devices
+    and names with Auto axes, and generate on it gives the single-device tokens."""
+    mesh = jax.make_mesh((1, 1), parallel.MESH_AXES)
+    auto = parallel.check_mesh(mesh)
+    assert auto.axis_names == mesh.axis_names and auto.devices.tolist() == mesh.devices.tolist()
+    assert all(t == jax.sharding.AxisType.Auto for t in auto.axis_types)
+    cfg = {"method": "ngram", "num_speculative_tokens": 3}
+    want = sj.generate(target, [[1, 2, 3, 1, 2]], 6, speculative_config=cfg).tokens
+    assert (
+        sj.generate(target, [[1, 2, 3, 1, 2]], 6, speculative_config=cfg, mesh=mesh).tokens == want
+    )

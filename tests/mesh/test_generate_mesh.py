@@ -208,3 +208,17 @@ def test_load_model_onto_a_mesh(mesh_target, drafts, tmp_path):
     assert out.tokens == ref.tokens
     with pytest.raises(ValueError, match="mesh axes must be named"):
         sj.load_model(path, mesh=jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ("x",)))
+
+
+@pytest.mark.parametrize("shape", [(8, 1), (2, 4)])
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_mesh_built_as_jax_documents_it_serves(mesh_target, drafts, name, shape):
+    """`jax.make_mesh` gives `Explicit` axes by default (it failed inside the jitted loop with
+    a ShardingTypeError for every method): generate takes it as its Auto twin, with the
+    single-device tokens."""
+    mesh = jax.make_mesh(shape, parallel.MESH_AXES)
+    assert all(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types)
+    ref = _reference(mesh_target, name, drafts)
+    out = sj.generate(mesh_target, PROMPTS, MAX_NEW, stop_token_ids=[],
+                      speculative_config=method_config(name, drafts), mesh=mesh)  # fmt: skip
+    assert out.tokens == ref.tokens
