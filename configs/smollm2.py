@@ -57,7 +57,7 @@ def get_config(arg=None):
         part.loss.kind = config.get_ref("loss_kind")
         part.loss.temperature = config.get_ref("loss_temperature")
         part.features.update(precompute=True, batch_size=8)
-    config.medusa.heads.num_heads = 3
+    config.medusa.heads.num_heads = config.bench.get_ref("num_speculative_tokens")  # the bench's N
     config.medusa.train.update(num_steps=200, eval_every=100, checkpoint_every=100)
     config.eagle3.head.draft_vocab_size = 8192
     config.eagle3.train.update(num_steps=200, eval_every=100, checkpoint_every=100)

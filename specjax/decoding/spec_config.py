@@ -124,10 +124,25 @@ def _dynamic(spec, k: int) -> trees.DynamicTree:
     return trees.DynamicTree(top_k, k, total, score_t)
 
 
+# Named dynamic trees: EAGLE-2's paper setting (Li et al. 2024b: 60 draft tokens, depth 6
+# expansions + the root's = 7 levels, top-k 10, candidates scored by the drafter's plain
+# log-softmax). specjax's default dynamic tree differs: smaller (CPU-sized) and, at T=0,
+# scored under a sharpened law (trees.GREEDY_SCORE_TEMPERATURE); see trees.DynamicTree.
+DYNAMIC_PRESETS = {"eagle2_paper": {"top_k": 10, "depth": 7, "total_tokens": 60, "score": 1.0}}
+
+
 def _tree(raw: dict, k: int) -> trees.Tree | trees.DynamicTree:
     spec = raw.get("draft_tree")
     if spec is None:
         return trees.chain(k)
+    if isinstance(spec, str) and spec in DYNAMIC_PRESETS:
+        p = DYNAMIC_PRESETS[spec]
+        if k != p["depth"]:
+            raise ValueError(
+                f"speculative_config['draft_tree']={spec!r} drafts depth {p['depth']}; set "
+                f"num_speculative_tokens={p['depth']} (got {k})"
+            )
+        return trees.DynamicTree(p["top_k"], p["depth"], p["total_tokens"], p["score"])
     if isinstance(spec, dict) and "dynamic" in spec:
         if set(spec) != {"dynamic"}:
             raise ValueError(

@@ -18,7 +18,7 @@ import pytest
 from flax import nnx
 
 import specjax as sj
-from specjax.decoding import engine, trees
+from specjax.decoding import engine, spec_config, trees
 from specjax.decoding.proposers import StepInput
 from specjax.decoding.proposers.medusa import MedusaProposer
 
@@ -68,6 +68,7 @@ GREEDY = [  # every tree kind for EAGLE-3, the chain and the dynamic tree for EA
     pytest.param("eagle", 4, DYNAMIC, id="eagle-dynamic"),
     pytest.param("eagle", 3, "topk_3x2", id="eagle-topk_3x2", marks=SLOW),
     pytest.param("eagle", 5, "eagle1_25", id="eagle-eagle1_25", marks=SLOW),
+    pytest.param("eagle3", 7, "eagle2_paper", id="eagle3-eagle2_paper", marks=SLOW),
 ]
 
 
@@ -79,6 +80,26 @@ def test_greedy_equals_autoregressive(target, heads, prompts, reference, method,
     s = out.stats
     assert s["method"] == method and s["lossy"] is False
     assert 0 < s["accepted_tokens"] < s["draft_tokens"]
+
+
+def test_eagle2_paper_preset_is_the_papers_setting():
+    cfg = spec_config.parse(
+        {"method": "eagle3", "model": object(), "num_speculative_tokens": 7,
+         "draft_tree": "eagle2_paper"}, temperature=0.0,
+    )  # fmt: skip
+    assert cfg.tree == trees.DynamicTree(top_k=10, depth=7, total_tokens=60, score_temperature=1.0)
+    with pytest.raises(
+        ValueError, match=r"'eagle2_paper' drafts depth 7; set num_speculative_tokens=7"
+    ):
+        spec_config.parse(
+            {"method": "eagle3", "model": object(), "num_speculative_tokens": 5,
+             "draft_tree": "eagle2_paper"}, temperature=0.0,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="dynamic tree"):
+        spec_config.parse(
+            {"method": "medusa", "model": object(), "num_speculative_tokens": 7,
+             "draft_tree": "eagle2_paper"}, temperature=0.0,
+        )  # fmt: skip
 
 
 # ------------------------------------------------------------- an exact drafter, full depth
