@@ -71,6 +71,14 @@ def quickstart(config: ml_collections.ConfigDict, workdir) -> dict:
       benchmark's rows: method, category, batch_size, temperature, tau, speedup, ...).
     """
     workdir = Path(workdir).absolute()
+    medusa_methods = [m for m in config.bench.methods if m.startswith("medusa")]
+    deepest = max([int(config.bench.num_speculative_tokens), *config.bench.tau_vs_n])
+    if medusa_methods and config.medusa.heads.num_heads < deepest:
+        raise ValueError(
+            f"config.medusa.heads.num_heads={config.medusa.heads.num_heads} is fewer than the "
+            f"bench drafts with {medusa_methods} (num_speculative_tokens / tau_vs_n up to "
+            f"{deepest}): train at least {deepest} heads"
+        )
     if config.get("target_required") and not config.target_path:
         raise ValueError(
             f"config.target_path is empty and this pipeline needs a real target: "

@@ -174,6 +174,13 @@ def test_the_real_pipeline_refuses_a_missing_model(tmp_path):
     assert not any(tmp_path.iterdir())  # refused before any stage ran
 
 
+def test_the_pipeline_refuses_fewer_medusa_heads_than_the_bench_drafts(tmp_path):
+    config = parse("--config=configs/quickstart.py:tiny", "--config.medusa.heads.num_heads=2")
+    with pytest.raises(ValueError, match=r"num_heads=2 is fewer than the bench drafts"):
+        quickstart(config, tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
 def test_ablation_paths_default_to_the_quickstart_and_take_overrides():
     config = parse(
         "--config=configs/ablations/num_speculative_tokens.py",
