@@ -56,7 +56,7 @@ def _configs(draft):
         "tree": {
             "method": "draft_model",
             "model": draft,
-            "num_speculative_tokens": 3,
+            "num_speculative_tokens": 2,  # the tree's depth (a disagreement is refused)
             "draft_tree": {"depth": 2, "width": 2},
         },
         "ngram": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1},
@@ -253,7 +253,7 @@ def test_kv_rollback_is_exact(target, tree, noise):
     prompts = [rng.integers(0, VOCAB, 10).tolist() for _ in range(64)]
     cfg = {"method": "draft_model", "model": partial, "num_speculative_tokens": 5}
     if tree is not None:
-        cfg["draft_tree"] = tree
+        cfg.update(draft_tree=tree, num_speculative_tokens=tree["depth"])
     model, rows, static, params, args = engine._setup(target, prompts, 16, None, [], cfg, None)
     state = engine._prefill_jit(static, params, *args)
     state = engine._step_jit(static, params, state)
