@@ -210,14 +210,20 @@ def _config(meta: dict, arch: str, tensor_names: set[str], vocab_size: int) -> d
     return config
 
 
+def _name_map(arch: str, num_layers: int):
+    """gguf's HF <-> GGUF tensor-name map of an architecture (mistral files are llama's)."""
+    import gguf
+
+    name = "llama" if arch == "mistral" else arch
+    arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == name)
+    return gguf.get_tensor_name_map(arch_id, num_layers)
+
+
 def _tensors(reader, arch: str, config: dict) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     import gguf
 
     names = hf_param_names(config_from_hf(config))
-    arch_id = next(
-        k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == ("llama" if arch == "mistral" else arch)
-    )
-    name_map = gguf.get_tensor_name_map(arch_id, config["num_hidden_layers"])
+    name_map = _name_map(arch, config["num_hidden_layers"])
     to_hf = {}
     for hf_name in names:
         gguf_name = name_map.get_name(hf_name, try_suffixes=(".weight", ".bias"))
@@ -242,12 +248,9 @@ def _tensors(reader, arch: str, config: dict) -> tuple[dict[str, np.ndarray], di
         try:
             array = gguf.quants.dequantize(t.data, t.tensor_type)
         except NotImplementedError as e:
-            supported = sorted(
-                q.name for q in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
-            )
             raise NotImplementedError(
                 f"GGUF tensor {gguf_name!r} is stored as {t.tensor_type.name}, which the gguf "
-                f"package cannot dequantize ({e}); supported: {supported} and "
+                f"package cannot dequantize ({e}); supported: ['F16', 'F32'] and "
                 f"{sorted(q.name for q in gguf.quants._type_traits)}"
             ) from e
         except ValueError as e:
@@ -357,15 +360,11 @@ def _tokenizer(reader, meta: dict) -> Tokenizer | None:
             f"GGUF tokenizer.ggml.model={kind!r} is not supported; supported: 'gpt2' (byte-level "
             "BPE) and 'llama' (SentencePiece BPE)"
         )
+    # control tokens stay whole as specials; user-defined ones stay whole as plain tokens
     added = [
-        tokenizers.AddedToken(t, special=True, normalized=False)
+        tokenizers.AddedToken(t, special=ty == _TOKEN_TYPE_CONTROL, normalized=False)
         for t, ty in zip(tokens, types, strict=True)
-        if ty == _TOKEN_TYPE_CONTROL
-    ]
-    added += [
-        tokenizers.AddedToken(t, special=False, normalized=False)
-        for t, ty in zip(tokens, types, strict=True)
-        if ty == _TOKEN_TYPE_USER_DEFINED
+        if ty in (_TOKEN_TYPE_CONTROL, _TOKEN_TYPE_USER_DEFINED)
     ]
     if added:
         backend.add_tokens(added)
@@ -475,8 +474,7 @@ def save_gguf(model, path, *, dtype: str = "F32", raw: dict | None = None) -> Pa
     writer.add_file_type(_FILE_TYPES[dtype])
     if model.tokenizer is not None:
         _write_tokenizer(writer, model.tokenizer, config.vocab_size)
-    arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
-    name_map = gguf.get_tensor_name_map(arch_id, config.num_layers)
+    name_map = _name_map(arch, config.num_layers)
     qtype = getattr(gguf.GGMLQuantizationType, dtype)
     block = gguf.GGML_QUANT_SIZES[qtype][0]
     state = export_state(model.module)
