@@ -24,6 +24,7 @@ as they are and restore onto the current run's shardings, whatever mesh wrote th
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
@@ -119,7 +120,9 @@ def check_resumable(saved: dict, config, step: int, keys) -> None:
       step: the checkpoint's step.
       keys: dotted config paths that must not change between the runs.
     """
-    current = config.to_dict()
+    # The saved config went through JSON, which writes tuples as lists: compare both that way.
+    current = json.loads(json.dumps(config.to_dict()))
+    saved = json.loads(json.dumps(saved))
 
     def get(d, key):
         for part in key.split("."):

@@ -4,6 +4,7 @@ The resume test also pins determinism across processes: the reference run initia
 this process, the killed run in a subprocess, and both must reach the same parameters.
 """
 
+import json
 import math
 import os
 import signal
@@ -131,3 +132,16 @@ def test_a_checkpoint_of_another_run_is_refused():
         loop.check_resumable(saved, config, 10, lm.RESUME_KEYS)
     with pytest.raises(ValueError, match="past train.num_steps"):
         loop.check_resumable(config.to_dict(), config, 10_000, lm.RESUME_KEYS)
+
+
+def test_a_resumed_config_matches_its_json_round_trip():
+    # The checkpoint's config is saved as JSON, so a tuple in this run's config comes back a list.
+    config = tiny_config()
+    with config.unlocked():
+        config.data.extra = (1, 2)
+    saved = json.loads(json.dumps(config.to_dict()))
+    assert saved["data"]["extra"] == [1, 2]
+    loop.check_resumable(saved, config, 10, lm.RESUME_KEYS)
+    saved["data"]["extra"] = [1, 3]
+    with pytest.raises(ValueError, match="data differ"):
+        loop.check_resumable(saved, config, 10, lm.RESUME_KEYS)
