@@ -215,7 +215,7 @@ def param_logical_axes(names: tuple, ndim: int) -> tuple:
         rule = _LINEAR.get(f"{grand}.{parent}", _LINEAR.get(parent))
         if rule is not None:
             axes = rule if leaf == "kernel" else rule[1:]
-    elif leaf == "lm_head" and ndim == 3:  # Medusa heads: [K, D, V]
+    elif leaf == "lm_head" and ndim in (2, 3):  # Medusa heads: [K, D, V], or shared [D, V]
         axes = ("embed", "vocab")
     if axes is None:
         return (None,) * ndim

@@ -164,7 +164,8 @@ def _bool_field(config: dict, key: str, where: Path, default: bool) -> bool:
 
 
 def _medusa_from_arrays(config: MedusaConfig, w, b, lm_head) -> MedusaHeads:
-    """Heads holding exactly these arrays: w [K, Lb, D, D], b [K, Lb, D] | None, lm_head [K, D, V]."""
+    """Heads holding exactly these arrays: w [K, Lb, D, D], b [K, Lb, D] | None, lm_head
+    [K, D, V] ([D, V] with `config.shared_lm_head`)."""
     heads = MedusaHeads(config, lm_head=np.zeros((config.hidden_size, config.vocab_size)))
     heads.w.set_value(jnp.asarray(w, config.dtype))
     if b is not None:
@@ -174,9 +175,13 @@ def _medusa_from_arrays(config: MedusaConfig, w, b, lm_head) -> MedusaHeads:
 
 
 def medusa_arrays(heads: MedusaHeads) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-    """(w [K, Lb, D, D], b [K, Lb, D] or None, lm_head [K, D, V]) as float32 numpy."""
+    """(w [K, Lb, D, D], b [K, Lb, D] or None, lm_head [K, D, V]) as float32 numpy; a shared
+    LM head comes back as a read-only [K, D, V] view of its one [D, V] copy."""
     get = lambda p: np.asarray(p[...], np.float32)  # noqa: E731
-    return get(heads.w), None if heads.b is None else get(heads.b), get(heads.lm_head)
+    lm_head = get(heads.lm_head)
+    if heads.config.shared_lm_head:
+        lm_head = np.broadcast_to(lm_head, (heads.config.num_heads, *lm_head.shape))
+    return get(heads.w), None if heads.b is None else get(heads.b), lm_head
 
 
 def _write(tensors: dict, path: Path) -> None:
@@ -195,6 +200,7 @@ def _save_specjax(heads, out: Path) -> None:
     meta = {"format": "specjax-draft", "version": 1, "method": config.method,
             "config": dataclasses.asdict(config)}  # fmt: skip
     w, b, lm_head = medusa_arrays(heads)
+    lm_head = lm_head[0] if config.shared_lm_head else lm_head  # [D, V]: written once
     _write({"w": w, "lm_head": lm_head, **({} if b is None else {"b": b})}, out / SPECJAX_WEIGHTS)
     _write_json(meta, out / SPECJAX_CONFIG)
 
@@ -214,10 +220,12 @@ def _load_specjax(directory: Path, target=None):
     wfile = directory / SPECJAX_WEIGHTS
     tensors = _tensors([wfile])
     K, Lb, D, V = config.num_heads, config.stored_blocks, config.hidden_size, config.vocab_size
-    why = f" ({where.name}: num_heads={K}, stored blocks={Lb}, hidden_size={D}, vocab_size={V})"
+    why = (f" ({where.name}: num_heads={K}, stored blocks={Lb}, hidden_size={D}, "
+           f"vocab_size={V}, shared_lm_head={config.shared_lm_head})")  # fmt: skip
     w = _take(tensors, "w", (K, Lb, D, D), wfile, why)
     b = _take(tensors, "b", (K, Lb, D), wfile, why) if config.bias else None
-    lm_head = _take(tensors, "lm_head", (K, D, V), wfile, why)
+    lm_shape = (D, V) if config.shared_lm_head else (K, D, V)
+    lm_head = _take(tensors, "lm_head", lm_shape, wfile, why)
     _check_consumed(tensors, wfile, f" ({where.name}: bias={config.bias})")
     return _medusa_from_arrays(config, w, b, lm_head)
 
@@ -235,7 +243,10 @@ def _save_vllm(heads, out: Path) -> None:
             tensors[f"blocks.{h}.layers.{layer}.weight"] = w[h, blk].T  # [out, in]
             if b is not None:
                 tensors[f"blocks.{h}.layers.{layer}.bias"] = b[h, blk]  # [D]
-        tensors[f"lm_heads.{h}.weight"] = lm_head[h].T  # [V, D]
+        if not c.shared_lm_head:
+            tensors[f"lm_heads.{h}.weight"] = lm_head[h].T  # [V, D]
+    if c.shared_lm_head:
+        tensors["lm_head.weight"] = lm_head[0].T  # [V, D], read by every head
     config = {
         "model_type": "medusa",
         "architectures": [VLLM_ARCH],
@@ -245,6 +256,7 @@ def _save_vllm(heads, out: Path) -> None:
         "num_hidden_layers": c.num_layers,
         "truncated_vocab_size": c.vocab_size,
         "medusa_fc_bias": b is not None,  # vLLM drops the biases silently without it
+        "original_lm_head": c.shared_lm_head,
         "torch_dtype": "float32",  # the tensors' dtype; vLLM casts them to the target's
     }
     if c.base_model:
@@ -346,7 +358,7 @@ def _load_vllm(directory: Path, target=None):
             raise ValueError(f"{wfile}: both 'lm_head.weight' and 'lm_heads.0.weight' with "
                              "original_lm_head: true (vLLM keeps whichever comes last)")  # fmt: skip
         name = "lm_head.weight" if "lm_head.weight" in tensors else "lm_heads.0.weight"
-        lm_head = np.broadcast_to(_take(tensors, name, (V, D), wfile, why).T, (K, D, V))
+        lm_head = _take(tensors, name, (V, D), wfile, why).T  # [D, V], shared
     else:
         lm_head = np.stack([_take(tensors, f"lm_heads.{h}.weight", (V, D), wfile, why).T
                             for h in range(K)])  # fmt: skip  # [K, D, V]
@@ -361,7 +373,8 @@ def _load_vllm(directory: Path, target=None):
     if scale != 1.0:  # vLLM scales the logits; folded in, equal up to rounding
         lm_head = lm_head * np.float32(scale)
     base = str(config.get("base_model_name_or_path") or "")
-    return _medusa_from_arrays(MedusaConfig(D, V, K, L, bias=bias, base_model=base), w, b, lm_head)
+    mc = MedusaConfig(D, V, K, L, bias=bias, shared_lm_head=original, base_model=base)
+    return _medusa_from_arrays(mc, w, b, lm_head)
 
 
 # -------------------------------------------------------------------------- FasterDecoding
@@ -453,11 +466,9 @@ def _load_fasterdecoding(directory: Path, target=None):
         lm_head = np.stack([_take(tensors, f"{h}.{L}.weight", (V, D), wfile, why).T
                             for h in range(K)])  # fmt: skip  # [K, D, V]
     else:
-        lm_head = np.broadcast_to(
-            np.asarray(target_lm_head(as_model(target).module), np.float32), (K, D, V)
-        )
+        lm_head = np.asarray(target_lm_head(as_model(target).module), np.float32)  # [D, V]
     _check_consumed(tensors, wfile, why)
-    mc = MedusaConfig(D, V, K, L, shared_blocks=True, bias=True,
+    mc = MedusaConfig(D, V, K, L, shared_blocks=True, bias=True, shared_lm_head=shared_lm,
                       base_model=str(config.get("base_model_name_or_path") or ""))  # fmt: skip
     return _medusa_from_arrays(mc, w, b, lm_head)
 

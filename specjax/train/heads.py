@@ -68,7 +68,7 @@ def default_config() -> ml_collections.ConfigDict:
       ConfigDict: method, target (a checkpoint directory or training workdir), seed, data
       (kind "self_distill" or "corpus", the corpus and split, prompts and generation for
       self-distillation, seq_len for corpus rows), heads (num_heads, num_layers,
-      shared_blocks, bias), loss (decay), joint (Medusa-2), features (precompute), export
+      shared_blocks, bias, shared_lm_head), loss (decay), joint (Medusa-2), features (precompute), export
       (layouts), train (optimizer and loop knobs, as train_lm's) and mesh (data, model,
       fsdp: the device mesh of the training step, `loop.make_layout`; 1 x 1 = one device).
     """
@@ -104,7 +104,10 @@ def default_config() -> ml_collections.ConfigDict:
         cache_dir="",  # "" = <workdir>/distill
         seq_len=128,  # corpus rows
     )
-    config.heads = dict(num_heads=4, num_layers=1, shared_blocks=False, bias=True)
+    # shared_lm_head: every head projects with the target's own LM head, frozen (vLLM's
+    # original_lm_head); on a large vocabulary it is most of the step's cost when trained
+    config.heads = dict(num_heads=4, num_layers=1, shared_blocks=False, bias=True,
+                        shared_lm_head=False)  # fmt: skip
     # kind: "ce" (hard labels, Medusa-1) | "kl" | "tv" against the target's law at
     # `temperature` (losses.LOSS_KINDS); the target's logits come from its LM head on the
     # same features (stored or computed), so stored features need nothing more.
@@ -284,7 +287,7 @@ def make_state(config, target: Model):
     def create():
         heads = MedusaHeads.for_target(
             target, h.num_heads, h.num_layers, shared_blocks=h.shared_blocks, bias=h.bias,
-            base_model=str(config.target),
+            shared_lm_head=h.get("shared_lm_head", False), base_model=str(config.target),
         )  # fmt: skip
         if not config.joint.enabled:
             return heads, nnx.Optimizer(heads, tx, wrt=nnx.Param)

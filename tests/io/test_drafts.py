@@ -109,6 +109,38 @@ def test_vllm_round_trip_of_shared_blocks_and_no_bias(tmp_path, target, shared):
     _same(plain, sj.load_draft(out))
 
 
+def test_a_shared_lm_head_is_written_once_and_reads_back(tmp_path, target):
+    # One frozen [D, V] head for all: vLLM's original_lm_head with one lm_head.weight, the
+    # specjax file with one [D, V] copy; FasterDecoding has no such field and gets K copies.
+    heads = _heads(target, seed=4, shared_lm_head=True)
+    assert isinstance(heads.lm_head, sj.heads.medusa.TargetWeight)
+    D, V = heads.config.hidden_size, heads.config.vocab_size
+    out = sj.save_draft(heads, tmp_path / "vllm", layout="vllm")
+    assert json.loads((out / "config.json").read_text())["original_lm_head"] is True
+    tensors = load_file(str(out / drafts.VLLM_WEIGHTS))
+    assert [n for n in tensors if "lm_head" in n] == ["lm_head.weight"]
+    assert tensors["lm_head.weight"].shape == (V, D)
+    h = jnp.asarray(np.random.default_rng(5).normal(size=(4, D)))
+    for layout in ("vllm", "specjax"):
+        back = sj.load_draft(sj.save_draft(heads, tmp_path / layout, layout=layout))
+        if layout == "specjax":
+            _same(heads, back)
+        assert back.config.shared_lm_head
+        np.testing.assert_array_equal(np.asarray(heads(h)), np.asarray(back(h)))
+    fd_src = _heads(target, seed=4, shared_lm_head=True, shared_blocks=True)
+    fd = sj.load_draft(sj.save_draft(fd_src, tmp_path / "fd", layout="fasterdecoding"))
+    assert not fd.config.shared_lm_head
+    assert np.asarray(fd.lm_head[...]).shape == (K, D, V)
+    assert (np.asarray(fd.lm_head[...]) == np.asarray(fd_src.lm_head[...])).all()
+    np.testing.assert_array_equal(np.asarray(fd_src(h)), np.asarray(fd(h)))
+    # The shared head is the per-head form's function with K equal copies.
+    plain = _heads(target, seed=4)
+    plain.w.set_value(heads.w[...])
+    plain.b.set_value(heads.b[...])
+    plain.lm_head.set_value(jnp.broadcast_to(heads.lm_head[...], (K, D, V)))
+    np.testing.assert_allclose(np.asarray(heads(h)), np.asarray(plain(h)), rtol=1e-6, atol=1e-6)
+
+
 def test_load_draft_finds_a_workdirs_heads(tmp_path, heads):
     sj.save_draft(heads, tmp_path / drafts.HEADS_DIR, layout="specjax")
     (tmp_path / "results.json").write_text("{}")
@@ -132,6 +164,7 @@ def test_vllm_layout_exact_names(tmp_path, target, tiny_config):
         "num_hidden_layers": L,
         "truncated_vocab_size": V,
         "medusa_fc_bias": True,  # vLLM builds (and loads) the biases only when told
+        "original_lm_head": False,
         "torch_dtype": "float32",
         "base_model_name_or_path": "org/tiny-target",
     }
@@ -188,7 +221,7 @@ def test_fasterdecoding_block_listed_once_and_version_2(tmp_path, target, shared
         sj.load_draft(out)
     v2 = sj.load_draft(out, target=target)
     lm = np.asarray(target_lm_head(target))  # [D, V]
-    assert all((np.asarray(v2.lm_head[...])[k] == lm).all() for k in range(K))
+    assert v2.config.shared_lm_head and (np.asarray(v2.lm_head[...]) == lm).all()
 
 
 def test_vllm_reads_names_like_vllm(tmp_path, heads):
@@ -215,7 +248,7 @@ def test_vllm_reads_names_like_vllm(tmp_path, heads):
     _edit_json(out / "config.json", original_lm_head=True, logit_scale=0.5)
     loaded = sj.load_draft(out)
     lm0 = np.asarray(heads.lm_head[...])[0]
-    assert all((np.asarray(loaded.lm_head[...])[k] == lm0 * 0.5).all() for k in range(K))
+    assert loaded.config.shared_lm_head and (np.asarray(loaded.lm_head[...]) == lm0 * 0.5).all()
 
 
 # ------------------------------------------------------------------------------ refusals

@@ -36,7 +36,8 @@ def tied(tiny_config):
 
 @pytest.fixture(scope="module")
 def configs(target, unrelated_draft):
-    medusa = sj.MedusaHeads.for_target(target, num_heads=3)
+    # One shared LM head (packed unbatched; tests/decoding's Medusa runs pack per-head ones).
+    medusa = sj.MedusaHeads.for_target(target, num_heads=3, shared_lm_head=True)
     # Non-zero blocks, so the packed blocks' product is exercised, not only the identity.
     medusa.w[...] = 0.3 * jax.random.normal(jax.random.key(2), medusa.w[...].shape)
     eagle3 = sj.EagleHead.for_target(target, method="eagle3", seed=1)

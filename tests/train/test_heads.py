@@ -18,10 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from flax import nnx
 
 import specjax as sj
 from configs import train_lm as train_lm_configs
 from configs import train_medusa
+from specjax.heads.medusa import target_lm_head
 from specjax.io.drafts import medusa_arrays
 from specjax.train import heads as th
 from specjax.train import lm
@@ -93,19 +95,32 @@ def test_heads_learn_the_tokens_two_and_three_ahead(reference, target_dir):
     assert heads.config.num_heads == 2 and heads.config.base_model == str(target_dir)
 
 
-@pytest.mark.parametrize("kind,temperature", [("tv", 1.0), ("kl", 2.0)])
-def test_soft_label_losses_train_the_heads(corpus, target_dir, tmp_path, kind, temperature):
+@pytest.mark.parametrize("kind,temperature,shared", [("tv", 1.0, False), ("kl", 2.0, True)])
+def test_soft_label_losses_train_the_heads(corpus, target_dir, tmp_path, kind, temperature, shared):
     """Heads trained on the target's law (KL, or the acceptance loss 1 - sum min(p, q)) from
-    the stored features learn the tokens ahead, as the hard labels do."""
+    the stored features learn the tokens ahead, as the hard labels do. The KL run shares the
+    target's LM head, frozen: it has no optimizer moments and comes back bit for bit."""
     config = heads_config(corpus, target_dir)
     config.loss.update(kind=kind, temperature=temperature)
+    config.heads.shared_lm_head = shared
     config.features.precompute = True
+    target = sj.load_model(target_dir)
+    _, state, _ = th.make_state(config, target)
+    moments = [path for path, _ in nnx.to_flat_state(state[1]) if "lm_head" in path]
+    assert bool(moments) is not shared, moments  # the optimizer's state for the LM heads
     summary = th.train_heads(config, tmp_path)
     # chance is ~1/26; the hard-label run reaches ~0.6-0.8 in the same steps
     assert min(summary["top1"]) > 0.45, summary["top1"]
     logged = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/loss" in r]
     assert "train/head_0/law" in logged[-1]
     assert logged[-1]["train/loss"] < 0.5 * logged[0]["train/loss"]
+    heads = sj.load_draft(tmp_path)
+    lm = np.asarray(target_lm_head(target.module))
+    if shared:
+        assert heads.config.shared_lm_head
+        np.testing.assert_array_equal(np.asarray(heads.lm_head[...]), lm)
+    else:
+        assert not (np.asarray(heads.lm_head[...]) == lm).all()  # trained away from the target's
 
 
 def test_chat_instructions_at_two_temperatures(corpus, target_dir, tmp_path):
