@@ -18,6 +18,7 @@ import pytest
 from flax import nnx
 
 import specjax as sj
+from specjax import sampling as sp
 from specjax.decoding import engine, spec_config, trees
 from specjax.decoding.proposers import StepInput
 from specjax.decoding.proposers.medusa import MedusaProposer
@@ -228,6 +229,27 @@ def test_dynamic_trees_differ_per_row(target, heads, prompts):
         for j in range(1, 9):
             assert 0 <= parents[b, j] < j
             assert depth[b, j] == depth[b, parents[b, j]] + 1 <= 4
+
+
+def test_static_tree_children_beyond_the_sampling_filter_are_not_offered(target, heads, prompts):
+    """top_k=1 at T>0 leaves each parent one finite token: the rank-1 children of "topk_3x2"
+    (and their subtrees) are invalid, the rank-0 chain valid."""
+    sampling = sj.SamplingParams(temperature=1.0, top_k=1)
+    cfg = _cfg("eagle3", heads["eagle3"], 3, "topk_3x2", verification="one_hot")
+    _, _, static, params, args = engine._setup(target, prompts, MAX_NEW, sampling, [], cfg, None)
+    state = engine._prefill_jit(static, params, *args)
+    view = StepInput(state.proposer, state.last, state.cache.lengths, ~state.done)
+    module = nnx.merge(static.graphdef, params[0])
+    key = sp.step_key(state.keys, 1)
+    valid = np.asarray(
+        static.spec.proposer.propose(static.context, module, params[1], view, key)[0].valid
+    )
+    tree = static.spec.tree
+    on_chain = [True]
+    for j in range(1, tree.num_nodes):
+        on_chain.append(on_chain[int(tree.parents_array[j])] and int(tree.rank[j]) == 0)
+    assert sum(on_chain) == 4
+    assert valid.tolist() == [on_chain] * len(prompts)
 
 
 def test_keep_best_is_closed_under_ancestors_on_ties():

@@ -170,6 +170,29 @@ def test_greedy_tree_children_are_the_drafts_top_k(target, drafts, prompts):
             assert children.tolist() == top2.tolist(), (b, context)
 
 
+def test_children_beyond_the_sampling_filter_are_not_offered(target, drafts, prompts):
+    """At T>0 with top_k=1 a parent's law has one finite token; a width-2 tree's rank-1
+    children would be the lowest token ids at -inf. They (and their subtrees) are marked
+    invalid, so the verifier never offers them; the rank-0 chain stays valid."""
+    sampling = sj.SamplingParams(temperature=1.0, top_k=1)
+    cfg = _chain(drafts["partial"], 3, draft_tree=TREE_DEPTH_WIDTH, verification="one_hot")
+    _, _, static, params, args = engine._setup(target, prompts, MAX_NEW, sampling, [], cfg, None)
+    state = engine._prefill_jit(static, params, *args)
+    view = StepInput(pstate=state.proposer, root=state.last, lengths=state.cache.lengths,
+                     active=~state.done)  # fmt: skip
+    module = nnx.merge(static.graphdef, params[0])
+    key = sp.step_key(state.keys, 1)
+    draft = static.spec.proposer.propose(static.context, module, params[1], view, key)[0]
+    valid = np.asarray(draft.valid)  # [B, 15]
+    tree = static.spec.config.tree
+    ranks, parents = tree.rank.tolist(), tree.parents_array.tolist()
+    on_chain = [True]  # node j is on the all-rank-0 path from the root
+    for j in range(1, tree.num_nodes):
+        on_chain.append(on_chain[parents[j]] and ranks[j] == 0)
+    assert valid.tolist() == [on_chain] * len(prompts)
+    assert sum(on_chain) == 4  # root + a 3-deep chain
+
+
 # -------------------------------------------------------------------------------- ngram
 
 

@@ -57,7 +57,9 @@ def children(q_logp, parent_idx, ranks, key, first_node: int, sampled: bool):
       key: [B] keys; first_node: the block index of the first child (keys fold in node ids).
       sampled: children are i.i.d. samples from their parent's law (probabilistic rule).
     Returns:
-      tokens [B, c] int32.
+      tokens [B, c] int32, and ok [B, c]: the child's score is finite. When top-k / top-p leave
+      a parent fewer tokens than the tree's width, the extra ranks would be the lowest token ids
+      at -inf; they are not drafts and must not be offered (`valid` in the Draft).
     """
     parent = jnp.asarray(parent_idx, jnp.int32)
     if sampled:
@@ -67,10 +69,19 @@ def children(q_logp, parent_idx, ranks, key, first_node: int, sampled: bool):
             keys = jax.vmap(lambda n: jax.random.fold_in(k, n))(nodes)  # [c]
             return jax.vmap(jax.random.categorical)(keys, logp[parent])  # [c]
 
-        return jax.vmap(row)(key, q_logp).astype(jnp.int32)
+        tokens = jax.vmap(row)(key, q_logp).astype(jnp.int32)  # [B, c]
+        return tokens, jnp.ones(tokens.shape, bool)  # a sample has positive probability
     k = max(ranks) + 1
-    _, top = jax.lax.top_k(q_logp, k)  # [B, n, k]; ties keep the lower id first
-    return top[:, parent, jnp.asarray(ranks)].astype(jnp.int32)  # [B, c]
+    score, top = jax.lax.top_k(q_logp, k)  # [B, n, k]; ties keep the lower id first
+    sel = (slice(None), parent, jnp.asarray(ranks))
+    return top[sel].astype(jnp.int32), jnp.isfinite(score[sel])  # [B, c] each
+
+
+def child_valid(valid, ok, parent_idx, parent_start: int):
+    """A child is a draft when its own score is finite and its parent is one (no node is offered
+    under an ancestor that was not). valid: [B, P+1] so far; ok: [B, c] from `children`."""
+    parent = parent_start + jnp.asarray(parent_idx, jnp.int32)
+    return ok & valid[:, parent]
 
 
 def levels(tree: Tree) -> tuple[tuple[int, int], ...]:
@@ -173,12 +184,16 @@ class DraftModelProposer:
 
         tokens = jnp.zeros((B, P1), jnp.int32).at[:, 0].set(step.root)  # [B, P+1]
         probs = jnp.zeros((B, P1, level_logp.shape[-1]), jnp.float32) if self.sampled else None
+        valid = jnp.ones((B, P1), bool)
         rank = tree.rank.tolist()
         for d in range(1, len(tree_levels)):
             ps_, (s, e) = tree_levels[d - 1][0], tree_levels[d]
             parent_idx = [int(parents[j]) - ps_ for j in range(s, e)]
-            child = self._children(level_logp, parent_idx, [rank[j] for j in range(s, e)], key, s)
+            child, ok = self._children(
+                level_logp, parent_idx, [rank[j] for j in range(s, e)], key, s
+            )
             tokens = tokens.at[:, s:e].set(child)
+            valid = valid.at[:, s:e].set(child_valid(valid, ok, parent_idx, ps_))
             if self.sampled:
                 probs = probs.at[:, s:e].set(jnp.exp(level_logp)[:, jnp.asarray(parent_idx)])
             if d == len(tree_levels) - 1:
@@ -189,7 +204,6 @@ class DraftModelProposer:
             out = model(tokens[:, s:e], pos, cache, mask, offset=L + s)
             cache = out.cache
             level_logp = self._scores(out.logits, sampling)  # [B, n, V]
-        valid = jnp.ones((B, P1), bool)
         return Draft(tokens=tokens, valid=valid, probs=probs), DraftModelState(cache, ps.prev)
 
     def commit(

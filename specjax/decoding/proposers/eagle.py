@@ -39,7 +39,7 @@ from flax import nnx, struct
 from specjax import kernels
 from specjax.cache import KVCache
 from specjax.decoding.proposers.base import Context, Draft, StepInput
-from specjax.decoding.proposers.draft_model import child_scores, children, levels
+from specjax.decoding.proposers.draft_model import child_scores, child_valid, children, levels
 from specjax.decoding.trees import DynamicTree, Tree, keep_best
 from specjax.heads import check_heads_fit
 from specjax.heads.eagle import EagleHead
@@ -148,12 +148,14 @@ class EagleProposer:
         cache = ps.cache
         tokens = jnp.zeros((B, P1), jnp.int32).at[:, 0].set(step.root)  # [B, P+1]
         probs = jnp.zeros((B, P1, scores.shape[-1]), jnp.float32) if self.sampled else None
+        valid = jnp.ones((B, P1), bool)
         for d in range(1, len(tree_levels)):
             first, (s, e) = tree_levels[d - 1][0], tree_levels[d]
             parent_idx = [int(parents[j]) - first for j in range(s, e)]
-            child = children(scores, parent_idx, [rank[j] for j in range(s, e)], key, s,
-                             self.sampled)  # fmt: skip
+            child, ok = children(scores, parent_idx, [rank[j] for j in range(s, e)], key, s,
+                                 self.sampled)  # fmt: skip
             tokens = tokens.at[:, s:e].set(child)
+            valid = valid.at[:, s:e].set(child_valid(valid, ok, parent_idx, first))
             if self.sampled:
                 probs = probs.at[:, s:e].set(jnp.exp(scores)[:, jnp.asarray(parent_idx)])
             if d == len(tree_levels) - 1:
@@ -163,7 +165,7 @@ class EagleProposer:
             pos = self._clip(ctx, jnp.broadcast_to((L + d - 1)[:, None], (B, e - s)))
             hidden, logits, cache = head(target, child, feature, pos, cache, mask, offset=L + s - 1)
             scores = child_scores(logits, ctx.sampling, self.sampled)  # [B, n, V]
-        draft = Draft(tokens=tokens, valid=jnp.ones((B, P1), bool), probs=probs)
+        draft = Draft(tokens=tokens, valid=valid, probs=probs)
         return draft, ps.replace(cache=cache)
 
     def _propose_dynamic(self, ctx, target, head: EagleHead, step: StepInput):
