@@ -88,9 +88,12 @@ def speculative_step(static: Static, params, state: DecodeState) -> DecodeState:
     out = target(tokens, positions, state.cache, block_mask, tap_layers=proposer.tap_layers)
     n_block = depth.shape[1]  # P+1: the verifier's nodes
     tokens = tokens[:, :n_block]
-    p = sp.processed_probs(out.logits[:, :n_block], static.sampling)  # [B, P+1, V] float32
+    logits = out.logits[:, :n_block]  # [B, P+1, V]
+    # The walk makes each node's law from its logits as it reaches it (greedy reads only the
+    # argmax); Medusa's typical rule judges every node at once, so it gets the laws.
+    typical = cfg.verification == "typical"
     result = verify(
-        p,
+        sp.processed_probs(logits, static.sampling) if typical else logits,
         tokens,
         tree,
         cfg.verification,
@@ -98,9 +101,10 @@ def speculative_step(static: Static, params, state: DecodeState) -> DecodeState:
         topology=topo,
         draft_probs=draft.probs,
         node_valid=valid,
-        target_logits=_typical_logits(out.logits[:, :n_block], static.sampling, cfg.verification),
+        target_logits=_typical_logits(logits, static.sampling, cfg.verification),
         typical_eps=cfg.typical_epsilon,
         typical_delta=cfg.typical_delta,
+        sampling=None if typical else static.sampling,
     )
 
     # Commit root + accepted drafts for active rows; the emitted bonus becomes the pending token.

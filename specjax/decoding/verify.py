@@ -56,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.decoding.trees import Topology, Tree, TreeShape, path_to
-from specjax.sampling import greedy_argmax
+from specjax.sampling import SamplingParams, greedy_argmax, processed_probs
 
 MODES = ("greedy", "probabilistic", "one_hot", "strict", "typical")
 LOSSY_MODES = ("typical",)
@@ -200,9 +200,7 @@ def chain_law(p: jax.Array, q: jax.Array | None, x: jax.Array, mode: str) -> jax
 
 
 def _coin(key, r, q, x, mode: str) -> jax.Array:
-    """One candidate's accept decision: [] bool."""
-    if mode == "greedy":
-        return x == greedy_argmax(r)  # []
+    """One candidate's accept decision: [] bool (the randomised modes; greedy walks argmaxes)."""
     if mode == "strict":
         y = jax.random.categorical(key, jnp.log(r))  # [] a sample y ~ r
         return y == x
@@ -212,40 +210,69 @@ def _coin(key, r, q, x, mode: str) -> jax.Array:
 
 def _draw(key, r, mode: str) -> jax.Array:
     """The bonus / recovered token from running distribution r: [] int32."""
-    if mode == "greedy":
-        return greedy_argmax(r)  # []
     return jax.random.categorical(key, jnp.log(r)).astype(jnp.int32)  # []
 
 
-def _walk_row(p, x, q, valid, keys, parents, mode: str):
-    """One row's walk. p [N, V], x [N], q [N, V] | None, valid [N], keys [N] | None, parents [N].
+def _walk_greedy(target_ids, x, valid, parents):
+    """The greedy walk on the target's argmax per node (no law over V is carried).
 
-    Returns (c, bonus): the last accepted node and the emitted token after it, [] int32 each.
+    target_ids [B, N] int32 argmax at each node, x [B, N], valid [B, N], parents [B, N].
+    Returns (c, bonus) [B] each: the last accepted node and the argmax after it.
     """
-    num_nodes = p.shape[0]
+    B, N = x.shape
+    rows = jnp.arange(B)
 
-    def step(carry, xs):
-        c, r = carry  # [] int32, [V] float32
-        j, parent, x_j, valid_j, p_j, q_j, key_j = xs
-        cand = valid_j & (parent == c)  # []
-        accept = cand & _coin(key_j, r, q_j, x_j, mode)  # []
-        r_rej = reject_update(r, q_j, x_j, mode)  # [V]
-        r = jnp.where(accept, p_j, jnp.where(cand, r_rej, r))  # [V]
+    def step(c, j):  # c [B] the current node
+        cand = valid[:, j] & (parents[:, j] == c)  # [B]
+        accept = cand & (x[:, j] == target_ids[rows, c])  # [B]
+        return jnp.where(accept, j, c), None
+
+    c, _ = jax.lax.scan(step, jnp.zeros((B,), jnp.int32), jnp.arange(1, N, dtype=jnp.int32))
+    return c, target_ids[rows, c]
+
+
+def _walk(law, vocab: int, x, q, valid, keys, parents, mode: str):
+    """The walk for a batch. law(j) -> [B, V] float32 is node j's target law; x [B, N],
+    q [B, N, V] | None, valid [B, N], keys [B, N], parents [B, N].
+
+    Node j's law is read (or computed from its logits) inside the loop, and the loop starts at
+    the root, whose law it takes as the running r: nothing over [B, N, V] is used outside the
+    loop, so XLA keeps no second copy of the laws for it.
+
+    Returns (c, bonus) [B] each.
+    """
+    B, N = x.shape
+    coin = jax.vmap(functools.partial(_coin, mode=mode))  # per-row keys: a row sees its own
+
+    def step(carry, j):
+        c, r = carry  # [B] int32, [B, V] float32
+        p_j = law(j)  # [B, V]
+        q_j = None if q is None else jax.lax.dynamic_index_in_dim(q, j, 1, keepdims=False)
+        x_j = x[:, j]  # [B]
+        cand = valid[:, j] & (parents[:, j] == c)  # [B]; never the root (its parent is -1)
+        accept = cand & coin(keys[:, j], r, q_j, x_j)  # [B]
+        r_rej = reject_update(r, q_j, x_j, mode)  # [B, V]
+        take = (accept | (j == 0))[:, None]  # [B, 1] the root's law starts the walk
+        r = jnp.where(take, p_j, jnp.where(cand[:, None], r_rej, r))  # [B, V]
         return (jnp.where(accept, j, c), r), None
 
-    tail = lambda a: None if a is None else a[1:]
-    xs = (
-        jnp.arange(1, num_nodes, dtype=jnp.int32),  # [P]
-        parents[1:].astype(jnp.int32),  # [P] this row's topology
-        x[1:],  # [P]
-        valid[1:],  # [P]
-        p[1:],  # [P, V]
-        tail(q),  # [P, V] | None
-        tail(keys),  # [P] | None
-    )
-    (c, r), _ = jax.lax.scan(step, (jnp.int32(0), p[0]), xs)
-    bonus_key = None if keys is None else keys[_BONUS_NODE]
-    return c, _draw(bonus_key, r, mode)
+    init = (jnp.zeros((B,), jnp.int32), jnp.zeros((B, vocab), jnp.float32))
+    (c, r), _ = jax.lax.scan(step, init, jnp.arange(N, dtype=jnp.int32))
+    bonus = jax.vmap(functools.partial(_draw, mode=mode))(keys[:, _BONUS_NODE], r)  # [B]
+    return c, bonus
+
+
+def _node_law(target, sampling):
+    """j -> [B, V] float32: node j's law, read from target [B, N, V] (laws), or processed from
+    its logits when `sampling` is given (no [B, N, V] law is made)."""
+
+    def law(j):
+        row = jax.lax.dynamic_index_in_dim(target, j, axis=1, keepdims=False)  # [B, V]
+        if sampling is None:
+            return row.astype(jnp.float32)
+        return processed_probs(row, sampling)  # [B, V] float32
+
+    return law
 
 
 def _node_keys(key: jax.Array, num_nodes: int) -> jax.Array:
@@ -359,6 +386,7 @@ def verify(
     target_logits: jax.Array | None = None,
     typical_eps: float = 0.09,
     typical_delta: float = 0.3,
+    sampling: SamplingParams | None = None,
 ) -> VerifyResult:
     """Verifies one block of drafts against the target; jit with tree and mode static.
 
@@ -366,7 +394,9 @@ def verify(
     per step and per row; a static Tree with no `topology` is the same data held constant.
 
     Args:
-      target_probs: [B, P+1, V] processed target distribution at every node.
+      target_probs: [B, P+1, V] processed target distribution at every node. Greedy reads
+        only its argmax per node (lowest id on ties), so the raw logits serve as well and the
+        engine passes them: no law over V is made at T=0.
       draft_tokens: [B, P+1] int32 node tokens (index 0, the root, is ignored).
       tree: the block's static Tree, or its TreeShape (P+1 nodes, Dmax) when the topology
         is data.
@@ -383,28 +413,41 @@ def verify(
         judges softmax(target_logits) (temperature already applied by the caller), as
         Medusa does; else it judges target_probs.
       typical_eps, typical_delta: Medusa's posterior threshold and alpha.
+      sampling: when given (not with 'typical'), `target_probs` are the target's raw logits
+        and each node's processed law `processed_probs(logits[:, j], sampling)` is computed
+        inside the walk when it is reached, so no [B, P+1, V] law is kept: at B=32, P=63,
+        V=152k the step after the forward then holds the logits and nothing of their size
+        (experiments/verifier_memory.py).
 
     Returns:
       VerifyResult with tokens [B, M], num_accepted [B], path [B, M] (M = tree.max_depth + 1).
     """
     _check_mode(mode, MODES)
-    p = jnp.asarray(target_probs).astype(jnp.float32)  # [B, N, V] acceptance math in float32
+    target_probs = jnp.asarray(target_probs)  # [B, N, V]
     x = jnp.asarray(draft_tokens).astype(jnp.int32)  # [B, N]
     key = None if key is None else _typed_keys(key)
-    _check_shapes(p, x, tree, draft_probs, node_valid, key, mode, topology)
+    _check_shapes(target_probs, x, tree, draft_probs, node_valid, key, mode, topology)
+    if mode == "typical" and sampling is not None:
+        raise ValueError("verify: mode='typical' takes processed target_probs, not sampling=")
     valid = (
         jnp.ones(x.shape, bool) if node_valid is None else jnp.asarray(node_valid, bool)
     )  # [B, N]
     if mode == "typical":
+        p = target_probs.astype(jnp.float32)  # [B, N, V] acceptance math in float32
         crit = p  # [B, N, V] the law whose entropy and probabilities are judged
         if target_logits is not None:
             crit = jax.nn.softmax(jnp.asarray(target_logits).astype(jnp.float32), -1)  # [B, N, V]
         return _verify_typical(p, crit, x, valid, key, tree, typical_eps, typical_delta)
+    topology = topology if topology is not None else Topology.of(tree, x.shape[0])
+    parents = topology.parents.astype(jnp.int32)  # [B, N]
+    if mode == "greedy":  # one argmax per node up front; the walk carries node ids only
+        c, bonus = _walk_greedy(greedy_argmax(target_probs), x, valid, parents)
+        return _emit(c, bonus, x, topology, tree.max_depth)
     q = None
     if mode == "probabilistic":
         q = jnp.asarray(draft_probs).astype(jnp.float32)  # [B, N, V]
-    topology = topology if topology is not None else Topology.of(tree, x.shape[0])
-    keys = None if mode == "greedy" else _node_keys(key, tree.num_nodes)  # [B, N]
-    walk = functools.partial(_walk_row, mode=mode)
-    c, bonus = jax.vmap(walk)(p, x, q, valid, keys, topology.parents)  # [B], [B]
+    keys = _node_keys(key, tree.num_nodes)  # [B, N]
+    c, bonus = _walk(
+        _node_law(target_probs, sampling), target_probs.shape[-1], x, q, valid, keys, parents, mode
+    )  # [B], [B]
     return _emit(c, bonus, x, topology, tree.max_depth)

@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 
 from specjax.decoding import trees
+from specjax import sampling as sp
 from specjax.decoding import verify as vf
 
 LOSSLESS = ("probabilistic", "one_hot", "strict")
@@ -338,3 +339,33 @@ def test_argument_errors():
         vf.verify(target, tokens, trees.chain(3), "one_hot", key)
     with pytest.raises(ValueError, match="needs key"):
         vf.verify(target, tokens, trees.chain(2), "one_hot", None)
+    with pytest.raises(ValueError, match="typical' takes processed target_probs"):
+        vf.verify(target, tokens, trees.chain(2), "typical", key, sampling=sp.SamplingParams())
+
+
+@pytest.mark.parametrize("mode", ["greedy", "probabilistic", "one_hot", "strict"])
+def test_laws_made_inside_the_walk_equal_the_laws_given(mode):
+    """verify(logits, sampling=s) (each node's law processed when the walk reaches it, as the
+    engine calls it) decides exactly as verify(processed_probs(logits, s)), with top-k and
+    top-p filters, on a tree with invalid nodes."""
+    rng = np.random.default_rng(3)
+    tree = trees.from_choices([(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)])
+    rows, n, vocab = 64, tree.num_nodes, 16
+    logits = jnp.asarray(rng.normal(size=(rows, n, vocab)) * 2, jnp.float32)
+    greedy = mode == "greedy"
+    sampling = sp.SamplingParams(temperature=0.0 if greedy else 0.8, top_k=9, top_p=0.9)
+    probs = sp.processed_probs(logits, sampling)  # [B, N, V]
+    # Drafts: the target's own top choices half the time, so paths go deep.
+    top = np.argsort(-np.asarray(logits), axis=-1, kind="stable")[..., :2]
+    at_parent = top[:, np.maximum(tree.parents_array, 0), 0]  # [B, N] the parent's argmax
+    tokens = np.where(rng.random((rows, n)) < 0.5, at_parent, rng.integers(0, vocab, (rows, n)))
+    q = jax.nn.softmax(jnp.asarray(rng.normal(size=(rows, n, vocab)), jnp.float32), -1)
+    valid = rng.random((rows, n)) < 0.9
+    key = jax.random.split(jax.random.key(5), rows)
+    kw = dict(draft_probs=q if mode == "probabilistic" else None, node_valid=jnp.asarray(valid))
+    given = vf.verify(probs, jnp.asarray(tokens, jnp.int32), tree, mode, key, **kw)
+    made = vf.verify(logits, jnp.asarray(tokens, jnp.int32), tree, mode, key, sampling=sampling,
+                     **kw)  # fmt: skip
+    for a, b in zip(jax.tree.leaves(given), jax.tree.leaves(made), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert np.asarray(given.num_accepted).max() >= 2  # the walk went deep somewhere
