@@ -159,6 +159,27 @@ def test_top_p_tie_keeps_lowest_ids():
     np.testing.assert_array_equal(tiny[0], [0, 1, 0, 0, 0])
 
 
+@pytest.mark.parametrize("large", [False, True], ids=["fused", "top_k"])
+def test_greedy_argmax_both_paths_agree_on_ties_nan_and_inf(monkeypatch, large):
+    """Above a size greedy_argmax takes top_k (no [..., V] temporaries); both paths give the
+    lowest id among maxima, 0 for a row holding NaN anywhere, and handle +-inf."""
+    from specjax import sampling
+
+    if large:
+        monkeypatch.setattr(sampling, "_FUSED_ARGMAX_MAX", 0)
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 3, (64, 7)).astype(np.float32)  # many ties
+    x[3] = np.nan
+    x[4, 2] = np.nan  # NaN below the maximum
+    x[5] = -np.inf
+    x[6, 4:] = np.inf
+    expected = x.argmax(-1)  # numpy: first maximum
+    expected[[3, 4]] = 0
+    got = jax.jit(sampling.greedy_argmax)(jnp.asarray(x))  # traced after the patch
+    np.testing.assert_array_equal(got, expected)
+    assert got.dtype == jnp.int32
+
+
 def test_greedy_ties_pick_lowest_id():
     rng = np.random.default_rng(0)
     logits = rng.standard_normal((8, 3, V)).astype(np.float32)  # [B, P, V]
