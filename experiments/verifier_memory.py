@@ -75,10 +75,14 @@ def main():
     print(f"B={a.batch} P+1={a.nodes} V={a.vocab}: one [B, P+1, V] float32 array = {one:.0f} MiB")
     print(f"{'mode':14} {'arguments':>10} {'temporaries':>12} {'peak':>10}  (MiB)")
     for mode, r in rows.items():
-        print(f"{mode:14} {r['arguments_mib']:10.0f} {r['temporaries_mib']:12.0f} {r['peak_mib']:10.0f}")
+        print(
+            f"{mode:14} {r['arguments_mib']:10.0f} {r['temporaries_mib']:12.0f} {r['peak_mib']:10.0f}"
+        )
     if a.out:
         with open(a.out, "w") as fh:
-            json.dump({"batch": a.batch, "nodes": a.nodes, "vocab": a.vocab, "modes": rows}, fh, indent=1)
+            json.dump(
+                {"batch": a.batch, "nodes": a.nodes, "vocab": a.vocab, "modes": rows}, fh, indent=1
+            )
 
 
 if __name__ == "__main__":

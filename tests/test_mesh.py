@@ -2,8 +2,8 @@
 
 The device count is fixed when JAX starts, so the mesh tests cannot share this process (whose
 JAX already runs on one CPU device). The child gets XLA_FLAGS with
---xla_force_host_platform_device_count=8 and the same marker selection as this run: the fast
-mesh tests run with the README's command, the `slow` ones with `pytest -m slow`.
+--xla_force_host_platform_device_count=8. The whole mesh suite (its fast and slow tests) runs in
+one child, from `pytest -m slow`.
 """
 
 import os
@@ -40,11 +40,7 @@ def run_mesh_suite(marker: str) -> None:
     assert " passed" in proc.stdout, f"the 8-device mesh suite ran no test:\n{tail}"
 
 
-@pytest.mark.slow  # 1.5 min of 8-device programs: CI runs it with the slow tests
+@pytest.mark.slow  # minutes of 8-device programs: CI runs it with the slow tests
 def test_mesh_suite():
-    run_mesh_suite("not slow and not gpu")
-
-
-@pytest.mark.slow
-def test_mesh_suite_slow():
-    run_mesh_suite("slow")
+    """The fast and the slow mesh tests in one child: one start-up and one set of fixtures."""
+    run_mesh_suite("not gpu")

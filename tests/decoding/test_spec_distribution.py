@@ -215,7 +215,8 @@ def _cfg(method: str, mode: str, draft, heads=None, eagle=None) -> dict:
 
 
 # Every rule, every proposer family and both sampling settings, in six compiled programs
-# (~20-30 s of CPU each). `pytest -m slow` runs the rest of the (method, mode, sampling) matrix.
+# (~20-30 s of CPU each). `pytest -m slow` runs every other (method, mode) pair once, under one
+# of the two filters (2026-12-03: the second filter of a pair left the slow set for CI time).
 CASES = [
     ("chain", "probabilistic", TOP_P),
     ("chain", "strict", TOP_K),
@@ -225,26 +226,18 @@ CASES = [
     ("lookahead", "one_hot", TOP_P),  # a per-step trie plus window cells in one forward
 ]
 SLOW_CASES = [
-    ("tree", "one_hot", TOP_P),  # top-k siblings: zero and renormalise
     ("tree", "probabilistic", TOP_K),  # i.i.d. siblings: the SpecInfer residual chain
     ("medusa_chain", "probabilistic", TOP_K),  # sampled from each head's processed law
     ("eagle_chain", "probabilistic", TOP_P),  # sampled from the drafter's processed law
-    ("chain", "probabilistic", TOP_K),
-    ("chain", "strict", TOP_P),
     ("chain", "one_hot", TOP_K),
-    ("tree", "probabilistic", TOP_P),
-    ("tree", "one_hot", TOP_K),
+    ("tree", "one_hot", TOP_K),  # top-k siblings: zero and renormalise
     ("tree", "strict", TOP_P),
-    ("ngram", "one_hot", TOP_P),
     ("ngram", "strict", TOP_K),
-    ("ngram", "strict", TOP_P),
     ("medusa_chain", "one_hot", TOP_K),
-    ("medusa_tree", "one_hot", TOP_K),
     ("medusa_chain", "strict", TOP_P),
     ("medusa_tree", "probabilistic", TOP_P),  # i.i.d. siblings from one head's law
     ("eagle3_chain", "probabilistic", TOP_K),
     ("eagle_dynamic", "strict", TOP_P),
-    ("lookahead", "one_hot", TOP_K),
     ("lookahead", "strict", TOP_P),
 ]
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specjax.decoding import trees
 from specjax import sampling as sp
+from specjax.decoding import trees
 from specjax.decoding import verify as vf
 
 LOSSLESS = ("probabilistic", "one_hot", "strict")

@@ -108,6 +108,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # 18 s: a launcher child joining jax.distributed (CI runs it with the slow tests)
 def test_one_process_joins_through_the_flags(tmp_path):
     port = _free_port()
     proc = launch(

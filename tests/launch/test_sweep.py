@@ -34,6 +34,7 @@ def pair(tmp_path_factory):
     return root / "target", root / "draft"
 
 
+@pytest.mark.slow  # 19 s: two launcher runs and a report (CI runs it with the slow tests)
 def test_two_point_sweep_writes_table_and_plot(tmp_path, pair):
     config = num_speculative_tokens.get_config("tiny")
     config.bench.target, config.bench.draft = map(str, pair)
