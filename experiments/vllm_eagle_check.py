@@ -71,10 +71,10 @@ def _randomise(head, seed, counts=None):
     import numpy as np
 
     from specjax.heads.eagle import draft_vocabulary
-    from specjax.io import drafts
+    from specjax.io.drafts.eagle import variables_by_path
 
     rng = np.random.default_rng(seed)
-    for name, var in drafts._flat(head).items():
+    for name, var in variables_by_path(head).items():
         if name not in ("d2t", "t2d"):
             value = var.get_value()
             var.set_value(jnp.asarray(rng.normal(0, 0.3, value.shape), value.dtype))
@@ -141,14 +141,14 @@ def _given(path, model, method):
     import dataclasses
 
     import specjax as sj
-    from specjax.io import drafts
+    from specjax.io.drafts.eagle import eagle_arrays, from_arrays
 
     head = sj.load_draft(path, target=model)
     if head.config.method != method:
         raise SystemExit(f"{path}: a {head.config.method!r} head, expected {method!r}")
     print(f"given {method} head {path}: base_model {head.config.base_model!r} -> {str(TARGET)!r}")
     config = dataclasses.replace(head.config, base_model=str(TARGET))
-    return drafts._eagle_from_arrays(config, drafts.eagle_arrays(head))
+    return from_arrays(config, eagle_arrays(head), model, path)
 
 
 def prepare(head_dir=None, target_dir=None, eagle_dir=None):

@@ -50,7 +50,7 @@ def lookahead_config() -> ml_collections.ConfigDict:
 
 def dynamic_tree_config() -> ml_collections.ConfigDict:
     """`DEFAULT_DYNAMIC_TREE` plus score_temperature (a float placeholder: None = the decode's
-    own law, sharpened at T=0; see `trees.DynamicTree`)."""
+    own law, sharpened at T=0; see `eagle_tree.DynamicTree`)."""
     import ml_collections  # not at the top: see the note there
 
     cfg = ml_collections.ConfigDict(DEFAULT_DYNAMIC_TREE)

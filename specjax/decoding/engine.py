@@ -190,6 +190,12 @@ def _bucket(n: int, minimum: int) -> int:
     return max(minimum, 1 << (max(n, 1) - 1).bit_length())
 
 
+def prompt_bucket(longest: int) -> int:
+    """The padded prompt length a batch whose longest prompt has `longest` tokens compiles
+    for (a power of two, at least 16): batches in one bucket share one program."""
+    return _bucket(longest, 16)
+
+
 def _prepare(
     model: Model, prompts, max_new_tokens, sampling, stop_token_ids, seeds, spec, layout=None
 ):
@@ -209,7 +215,7 @@ def _prepare(
     block = 1 if spec is None else spec.block_nodes
     emit_max = 1 if spec is None else spec.max_emit
     stops = pr.resolve_stop_ids(stop_token_ids, model, MAX_STOP_IDS)
-    B, Tp, O = _bucket(len(rows), 1), _bucket(longest, 16), _bucket(max_new_tokens, 16)
+    B, Tp, O = _bucket(len(rows), 1), prompt_bucket(longest), _bucket(max_new_tokens, 16)
     if layout is not None:
         B = layout.batch_bucket(B)  # rows over the data axis; padding rows are inactive
     prompt = np.zeros((B, Tp), np.int32)

@@ -25,6 +25,9 @@ import dataclasses
 import jax
 
 from specjax.decoding import trees
+from specjax.decoding.proposers.eagle_tree import DynamicTree
+from specjax.decoding.proposers.ngram_trie import NgramTrie
+from specjax.decoding.topology import MAX_TREE_NODES
 from specjax.validate import check_int, check_real
 
 METHODS = ("draft_model", "ngram", "medusa", "eagle", "eagle3", "lookahead")
@@ -73,7 +76,7 @@ class SpecConfig:
     method: str
     num_speculative_tokens: int
     verification: str  # resolved: never "auto"
-    tree: trees.Tree | trees.DynamicTree
+    tree: trees.Tree | DynamicTree
     prompt_lookup_min: int = 1
     prompt_lookup_max: int = 3
     allow_lossy: bool = False
@@ -93,14 +96,14 @@ class SpecConfig:
     @property
     def is_dynamic(self) -> bool:
         """The tree is built by the proposer every step (its topology is data)."""
-        return isinstance(self.tree, trees.DynamicTree | trees.NgramTrie)
+        return isinstance(self.tree, DynamicTree | NgramTrie)
 
 
 def _int(key: str, value, lo: int, hi: int | None = None) -> int:
     return check_int(f"speculative_config[{key!r}]", value, lo, hi)
 
 
-def _dynamic(spec, k: int) -> trees.DynamicTree:
+def _dynamic(spec, k: int) -> DynamicTree:
     if not isinstance(spec, dict):
         raise ValueError(
             f"speculative_config['draft_tree']['dynamic']={spec!r} must be a dict with top_k "
@@ -121,17 +124,18 @@ def _dynamic(spec, k: int) -> trees.DynamicTree:
             "speculative_config['draft_tree.dynamic.score_temperature']", score_t, 0.0,
             lo_open=True, note="None = the decode's own law, sharpened at T=0",
         )  # fmt: skip
-    return trees.DynamicTree(top_k, k, total, score_t)
+    return DynamicTree(top_k, k, total, score_t)
 
 
 # Named dynamic trees: EAGLE-2's paper setting (Li et al. 2024b: 60 draft tokens, depth 6
 # expansions + the root's = 7 levels, top-k 10, candidates scored by the drafter's plain
 # log-softmax). specjax's default dynamic tree differs: smaller (CPU-sized) and, at T=0,
-# scored under a sharpened law (trees.GREEDY_SCORE_TEMPERATURE); see trees.DynamicTree.
+# scored under a sharpened law (eagle_tree.GREEDY_SCORE_TEMPERATURE); see
+# eagle_tree.DynamicTree.
 DYNAMIC_PRESETS = {"eagle2_paper": {"top_k": 10, "depth": 7, "total_tokens": 60, "score": 1.0}}
 
 
-def _tree(raw: dict, k: int) -> trees.Tree | trees.DynamicTree:
+def _tree(raw: dict, k: int) -> trees.Tree | DynamicTree:
     spec = raw.get("draft_tree")
     if spec is None:
         return trees.chain(k)
@@ -142,7 +146,7 @@ def _tree(raw: dict, k: int) -> trees.Tree | trees.DynamicTree:
                 f"speculative_config['draft_tree']={spec!r} drafts depth {p['depth']}; set "
                 f"num_speculative_tokens={p['depth']} (got {k})"
             )
-        return trees.DynamicTree(p["top_k"], p["depth"], p["total_tokens"], p["score"])
+        return DynamicTree(p["top_k"], p["depth"], p["total_tokens"], p["score"])
     if isinstance(spec, dict) and "dynamic" in spec:
         if set(spec) != {"dynamic"}:
             raise ValueError(
@@ -242,10 +246,10 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
             f"not {method!r}"
         )
     if method == "lookahead":
-        tree = trees.NgramTrie(lookahead["max_candidates"], k)
+        tree = NgramTrie(lookahead["max_candidates"], k)
     else:
         tree = _tree(raw, k)
-    if isinstance(tree, trees.DynamicTree) and method not in DYNAMIC_TREE_METHODS:
+    if isinstance(tree, DynamicTree) and method not in DYNAMIC_TREE_METHODS:
         raise ValueError(
             f"speculative_config['draft_tree']={{'dynamic': ...}} (EAGLE-2's dynamic tree) is "
             f"only supported for methods {DYNAMIC_TREE_METHODS}, not {method!r}"
@@ -270,7 +274,7 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
         raise ValueError(
             f"speculative_config['verification']={mode!r} is invalid; allowed: {VERIFICATIONS}"
         )
-    dynamic = isinstance(tree, trees.DynamicTree | trees.NgramTrie)
+    dynamic = isinstance(tree, DynamicTree | NgramTrie)
     deterministic = method not in SAMPLED_DRAFTS or dynamic
     if mode == "auto":
         chain = tree.num_drafts == tree.max_depth
@@ -362,13 +366,13 @@ def _lookahead(raw: dict) -> dict:
             "speculative_config['draft_tree'] is not used by method='lookahead' (its candidate "
             "trie is built from the n-gram pool: max_candidates x (ngram_size - 1))"
         )
-    trie = trees.NgramTrie(G, N - 1)  # the candidates' size limit, by name
+    trie = NgramTrie(G, N - 1)  # the candidates' size limit, by name
     block = trie.num_nodes + (N - 1) * W
-    if block > trees.MAX_TREE_NODES:
+    if block > MAX_TREE_NODES:
         raise ValueError(
             f"lookahead's verify forward would hold {block} nodes (root, max_candidates={G} x "
             f"(ngram_size - 1)={N - 1} candidate nodes and a window of (ngram_size - 1) x "
-            f"lookahead_window={W} cells); at most MAX_TREE_NODES={trees.MAX_TREE_NODES}"
+            f"lookahead_window={W} cells); at most MAX_TREE_NODES={MAX_TREE_NODES}"
         )
     return dict(lookahead_window=W, ngram_size=N, max_candidates=G, seed_pool_from_prompt=seed,
                 lookahead_advance=advance)  # fmt: skip

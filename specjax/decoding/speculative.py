@@ -19,7 +19,7 @@ from specjax.decoding import spec_config
 from specjax.decoding.proposers import PROPOSERS
 from specjax.decoding.proposers.base import Proposer, StepInput
 from specjax.decoding.state import DecodeState, Static, emit, target_module
-from specjax.decoding.trees import Topology, ancestor_mask_of
+from specjax.decoding.topology import Topology, ancestor_mask_of
 from specjax.decoding.verify import LOSSY_MODES, verify
 
 

@@ -1,7 +1,7 @@
 """The one verifier: decide which drafts of a block the target accepts, chains and trees alike.
 
-Block convention (trees.py): node 0 is the root (the pending token), nodes 1..P are drafts in
-topological order with siblings in draft-preference order. The target's processed
+Block convention (topology.py): node 0 is the root (the pending token), nodes 1..P are drafts
+in topological order with siblings in draft-preference order. The target's processed
 distribution at node j, p[j], is the law of the token after node j.
 
 The walk (every mode but `typical`). Carry the current node c (start: the root) and the
@@ -55,7 +55,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.decoding.trees import Topology, Tree, TreeShape, path_to
+from specjax.decoding.topology import Topology, TreeShape, path_to
+from specjax.decoding.trees import Tree
 from specjax.sampling import SamplingParams, greedy_argmax, processed_probs
 
 MODES = ("greedy", "probabilistic", "one_hot", "strict", "typical")
@@ -400,7 +401,7 @@ def verify(
       draft_tokens: [B, P+1] int32 node tokens (index 0, the root, is ignored).
       tree: the block's static Tree, or its TreeShape (P+1 nodes, Dmax) when the topology
         is data.
-      topology: [B, P+1] parents and depth per row (`trees.Topology`); None = the static
+      topology: [B, P+1] parents and depth per row (`topology.Topology`); None = the static
         tree's own. 'typical' reads the static tree.
       mode: one of MODES ('typical' is lossy; the caller enforces allow_lossy).
       key: [B] typed PRNG keys (legacy uint32 [B, 2] also taken), one per row; may be None

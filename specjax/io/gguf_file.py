@@ -508,6 +508,27 @@ def save_gguf(model, path, *, dtype: str = "F32", raw: dict | None = None) -> Pa
     return path
 
 
+def _pre_name(pre: dict) -> str:
+    """The `tokenizer.ggml.pre` llama.cpp knows for a byte-level BPE's pre-tokenizer: GPT-2's
+    own split ("gpt-2"; llama.cpp refuses a file that says "gpt2") or one of `_PRE_SPLITS`."""
+    if pre.get("type") == "ByteLevel" and pre.get("use_regex", True):
+        return "gpt-2"
+    if pre.get("type") == "Sequence":
+        patterns = [
+            (p.get("pattern") or {}).get("Regex")
+            for p in pre.get("pretokenizers", [])
+            if p.get("type") == "Split"
+        ]
+        names = {"llama-bpe": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT}
+        for name, split in names.items():
+            if patterns == [split]:
+                return name
+    raise NotImplementedError(
+        f"save_gguf: no llama.cpp pre-tokenizer name for this tokenizer's split {pre}; "
+        f"supported: GPT-2's byte-level split, {sorted(_PRE_SPLITS)}'s regexes"
+    )
+
+
 def _write_tokenizer(writer, tokenizer: Tokenizer, vocab_size: int) -> None:
     spec = json.loads(tokenizer.backend.to_str())
     model = spec.get("model", {})
@@ -527,7 +548,7 @@ def _write_tokenizer(writer, tokenizer: Tokenizer, vocab_size: int) -> None:
         )
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("gpt2")
+    writer.add_tokenizer_pre(_pre_name(spec.get("pre_tokenizer") or {}))
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)

@@ -6,9 +6,10 @@
     summary = eagle.train_eagle(config, "/tmp/eagle3")
     drafter = sj.load_draft("/tmp/eagle3")   # the exported <workdir>/heads
 
-Top to bottom, as `specjax.train.heads` (whose rows, evaluation and loop this reuses): load
-the target; build the rows (self-distillation by default); count the tokens and pick the
-draft vocabulary (EAGLE-3); make the drafter; restore; the shared loop; export.
+Top to bottom, as `specjax.train.heads` (whose target, rows, evaluation and export this
+reuses): load the target; build the rows (self-distillation by default); count the tokens and
+pick the draft vocabulary (EAGLE-3); make the drafter; then the run every trainer shares
+(`specjax.train.trainer.fit`): restore, loop, eval, export, results.json.
 
 What one row teaches (entry t reads token x_{t+1}; see `specjax.heads.eagle`):
 
@@ -53,9 +54,7 @@ Workdir: as `specjax.train.heads`'s (`checkpoints/`, `metrics.jsonl`, `tensorboa
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import math
 from pathlib import Path
 
 import jax
@@ -67,15 +66,15 @@ from flax import nnx
 from specjax import parallel
 from specjax.cache import KVCache
 from specjax.heads.eagle import EagleHead, default_tap_layers, draft_vocabulary
-from specjax.io.drafts import HEADS_DIR, save_draft
-from specjax.io.hf import load_model
-from specjax.models import Model, as_model
-from specjax.train import checkpoint, data, distill, loop, losses
+from specjax.io.drafts import HEADS_DIR
+from specjax.models import Model
+from specjax.train import data, distill, loop, losses, trainer
 from specjax.train import heads as th
 
 log = logging.getLogger(__name__)
 
-CHECKPOINTS, FEATURES, DISTILL, RESULTS = th.CHECKPOINTS, th.FEATURES, th.DISTILL, th.RESULTS
+CHECKPOINTS, RESULTS = trainer.CHECKPOINTS, trainer.RESULTS
+FEATURES, DISTILL = th.FEATURES, th.DISTILL
 METHODS = ("eagle", "eagle3")
 DEFAULT_NOISE = {"eagle": 0.1, "eagle3": 0.0}
 RESUME_KEYS = ("method", "target", "seed", "data", "head", "ttt_steps", "loss", "features",
@@ -86,10 +85,10 @@ def default_config() -> ml_collections.ConfigDict:
     """Every knob of `train_eagle` with its default (EAGLE-3, 7 TTT steps, self-distilled rows).
 
     Returns:
-      ConfigDict: method ("eagle" or "eagle3"), target, seed, data / features / export /
-      train (as `specjax.train.heads.default_config`'s), head (fc_bias: EAGLE-1 only;
-      tap_layers: EAGLE-3, () = `default_tap_layers`; draft_vocab_size: EAGLE-3, 0 = the
-      target's vocabulary), ttt_steps (EAGLE-3's training unroll; both methods' eval unroll),
+      ConfigDict: method ("eagle" or "eagle3"), target, seed, data / features / export
+      (as `specjax.train.heads.default_config`'s), train (`loop.train_config`'s knobs at its
+      defaults), head (fc_bias: EAGLE-1 only; tap_layers: EAGLE-3, () =
+      `default_tap_layers`; draft_vocab_size: EAGLE-3, 0 = the target's vocabulary), ttt_steps (EAGLE-3's training unroll; both methods' eval unroll),
       loss (decay, feature_weight, token_weight, noise: None = the method's default),
       mesh (as train_heads': the device mesh of the training step).
     """
@@ -112,24 +111,18 @@ def default_config() -> ml_collections.ConfigDict:
     )
     config.features = base.features
     config.export = base.export
-    config.train = base.train
+    config.train = loop.train_config()
     config.mesh = base.mesh
     return config
 
 
 def check_config(config) -> None:
     """Refuse what cannot work, naming the key and the value, before anything is loaded."""
-    if config.method not in METHODS:
-        raise ValueError(f"config.method={config.method!r} is not one of {METHODS}")
-    if config.data.kind not in ("self_distill", "corpus"):
-        raise ValueError(
-            f"config.data.kind={config.data.kind!r} is not one of ('self_distill', 'corpus')"
-        )
+    th.check_draft_config(config, METHODS)
     if not isinstance(config.ttt_steps, int) or config.ttt_steps < 1:
         raise ValueError(f"config.ttt_steps={config.ttt_steps!r} must be an int >= 1")
     if config.loss.noise is not None and not config.loss.noise >= 0:
         raise ValueError(f"config.loss.noise={config.loss.noise!r} must be >= 0 (or None)")
-    losses.check_loss_config(config.loss)
     h = config.head
     if config.method == "eagle3" and h.fc_bias:
         raise ValueError("config.head.fc_bias=True: EAGLE-3's fc has no bias (EAGLE-1 only)")
@@ -208,6 +201,15 @@ def precompute_features(target: Model, rows: dict, directory: Path, taps: tuple[
         directory, key, lambda t: forward(params, t), tokens, shapes,
         batch_size=batch_size, progress=progress, mesh=mesh,
     )  # fmt: skip
+
+
+def attach_features(config, target: Model, splits: dict, workdir: Path, mesh=None) -> None:
+    """Adds the stored features (`hidden`, EAGLE-3's `taps`) to each split's rows
+    ({"train": rows, "eval": rows})."""
+    taps, fb = tap_layers(config, target), config.features.batch_size
+    for name, rows in splits.items():
+        rows.update(precompute_features(target, rows, workdir / FEATURES / name, taps, fb,
+                                        config.train.progress, mesh))  # fmt: skip
 
 
 # -------------------------------------------------------------------- the unrolled drafter
@@ -363,16 +365,9 @@ def make_steps(config, graphdef, target: Model, layout=None, shardings=None):
         key = jax.random.fold_in(jax.random.key(config.seed), optimizer.step[...])
 
         def loss_fn(head):
-            loss, metrics = compute_losses(
-                config, head, module, batch, hidden, taps, train_steps, key
-            )
-            if nan_at > 0:  # static: the hook costs nothing when off
-                loss = jnp.where(optimizer.step[...] + 1 == nan_at, jnp.nan, loss)
-            return loss, metrics
+            return compute_losses(config, head, module, batch, hidden, taps, train_steps, key)
 
-        (loss, metrics), grads = nnx.value_and_grad(loss_fn, has_aux=True)(head)
-        optimizer.update(head, grads)
-        return nnx.state((head, optimizer)), {"loss": loss, **metrics}
+        return loop.update(head, optimizer, loss_fn, nan_at)
 
     def eval_step(state, batch, t_params):
         head, _ = nnx.merge(graphdef, state)
@@ -391,11 +386,6 @@ def make_steps(config, graphdef, target: Model, layout=None, shardings=None):
     )
 
 
-def _resume_view(config) -> ml_collections.ConfigDict:
-    """The config as its JSON copy in a checkpoint reads (tuples become lists)."""
-    return ml_collections.ConfigDict(json.loads(json.dumps(config.to_dict())))
-
-
 # ----------------------------------------------------------------------------------- the run
 
 
@@ -411,25 +401,19 @@ def train_eagle(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
       workdir: the run's directory (created if missing).
       target: a loaded Model to use instead of loading `config.target`.
     Returns:
-      Summary dict (also `<workdir>/results.json`): task, method, step, resumed_from,
-      train_loss, eval_loss, top1 and ce (per drafting step, held-out rows), coverage
-      (EAGLE-3: target argmaxes inside the draft vocabulary), feature_loss (EAGLE-1),
-      ttt_steps, tap_layers, draft_vocab_size, num_params, train_rows, data_kind,
-      train_seconds, heads_dir (None, with export_error, if the export was refused).
+      Summary dict (`specjax.train.trainer.fit`'s; also results.json's one run): task, step,
+      resumed_from, train_loss, eval_loss, method, top1 and ce (per drafting step, held-out
+      rows), ttt_steps, tap_layers, draft_vocab_size, num_params, train_rows, data_kind,
+      coverage (EAGLE-3: target argmaxes inside the draft vocabulary), feature_loss
+      (EAGLE-1), train_seconds, heads_dir (None, with export_error, if the export was
+      refused).
     """
     check_config(config)
-    layout = loop.make_layout(config)  # a bad mesh is refused before anything is loaded
+    workdir, layout = trainer.begin(config, workdir)
     mesh = None if layout is None else layout.mesh
-    workdir = Path(workdir).absolute()
-    workdir.mkdir(parents=True, exist_ok=True)
-    train = config.train
 
     # Setup: target, rows, draft vocabulary, features, drafter, optimizer.
-    if target is None:
-        if not config.target:
-            raise ValueError("config.target is empty: set it to a checkpoint dir or LM workdir")
-        target = load_model(config.target, mesh=mesh)
-    target = as_model(target)
+    target = th.load_target(config, target, mesh)
     V = target.config.vocab_size
     if config.head.draft_vocab_size > V:
         raise ValueError(
@@ -439,70 +423,34 @@ def train_eagle(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
     train_rows, eval_rows = th.prepare_rows(config, target, workdir, mesh)
     counts = token_counts(train_rows, V)
     if config.features.precompute:
-        taps, fb = tap_layers(config, target), config.features.batch_size
-        for name, rows in (("train", train_rows), ("eval", eval_rows)):
-            rows.update(precompute_features(target, rows, workdir / FEATURES / name, taps, fb,
-                                            train.progress, mesh))  # fmt: skip
+        attach_features(config, target, {"train": train_rows, "eval": eval_rows}, workdir, mesh)
     graphdef, state, schedule = make_state(config, target, counts)
     state, shardings = loop.place_state(state, layout)
     log.info("%s drafter: %d rows of %d tokens (%s)", config.method, data.num_rows(train_rows),
              train_rows["tokens"].shape[1], config.data.kind)  # fmt: skip
 
-    # Restore.
-    manager = checkpoint.make_manager(workdir / CHECKPOINTS, max_to_keep=train.max_to_keep)
-    start = manager.latest_step() or 0
-    if start:
-        saved = checkpoint.saved_config(manager, start)
-        loop.check_resumable(saved, _resume_view(config), start, RESUME_KEYS)
-        loop.restore(manager, start, state)
-        if layout is None:
-            # Orbax hands the arrays back committed to a sharding, which the lowered step
-            # records: uncommitted copies give the fresh run's program (a persistent
-            # compilation cache then serves a resumed run without compiling). On a mesh the
-            # arrays are restored onto the fresh run's shardings already.
-            nnx.update(state, jax.tree.map(lambda x: jax.device_put(np.asarray(x)), state))
-        log.info("resumed from step %d of %d", start, train.num_steps)
-
-    # Loop, eval, save.
-    train_step, eval_step = make_steps(config, graphdef, target, layout, shardings)
-    eval_fn = lambda s: th.evaluate(eval_step, s, eval_rows, train.batch_size, train.eval_batches)  # noqa: E731
-    state, final, seconds = loop.run_on_rows(
-        config,
-        workdir,
-        state,
-        train_step,
-        eval_fn,
-        train_rows,
-        manager,
-        schedule,
-        start,
-        desc=f"train {config.method}",
-        layout=layout,
-    )
-
-    head, _ = nnx.merge(graphdef, loop.gather(state, layout))
-    summary = _summary(config, head, final, start, train_rows)
-    summary["train_seconds"] = round(seconds, 2)
-    if jax.process_index() == 0:
-        summary.update(_export(config, head, workdir))
-        (workdir / RESULTS).write_text(json.dumps(summary, indent=2) + "\n")
-    parallel.barrier(f"train_eagle export {workdir}")  # every process returns once it exists
-    if jax.process_index() != 0:  # process 0's summary: what its export wrote (or refused)
-        summary = json.loads((workdir / RESULTS).read_text())
+    # Restore, loop, eval, export, results.json.
+    pieces = trainer.Pieces(
+        task="train_eagle", graphdef=graphdef, schedule=schedule, train_rows=train_rows,
+        eval_rows=eval_rows,
+        make_steps=lambda start: make_steps(config, graphdef, target, layout, shardings),
+        evaluate=th.evaluate, resume_keys=RESUME_KEYS, desc=f"train {config.method}",
+        tokens_per_step=config.train.batch_size * train_rows["tokens"].shape[1],
+        summarize=lambda head, final: _summary(config, head, final, train_rows),
+        export=lambda head: th.export_draft(config, head, workdir),
+        outputs={"heads_dir": workdir / HEADS_DIR},
+    )  # fmt: skip
+    summary = trainer.fit(config, workdir, layout, state, pieces)
     log.info("%s: eval top-1 by step %s", config.method,
              " / ".join(f"{a:.2f}" for a in summary["top1"]))  # fmt: skip
     return summary
 
 
-def _summary(config, head: EagleHead, final: dict, start: int, train_rows: dict) -> dict:
+def _summary(config, head: EagleHead, final: dict, train_rows: dict) -> dict:
+    """The EAGLE trainer's own summary fields."""
     c, n = head.config, config.ttt_steps
     summary = {
-        "task": "train_eagle",
         "method": config.method,
-        "step": int(config.train.num_steps),
-        "resumed_from": start,
-        "train_loss": final.get("train/loss", math.nan),
-        "eval_loss": final["eval/loss"],
         "top1": [final[f"eval/step_{k}/top1"] for k in range(n)],
         "ce": [final[f"eval/step_{k}/ce"] for k in range(n)],
         "ttt_steps": n,
@@ -517,19 +465,3 @@ def _summary(config, head: EagleHead, final: dict, start: int, train_rows: dict)
     else:
         summary["feature_loss"] = final["eval/feature_loss"]
     return summary
-
-
-def _export(config, head: EagleHead, workdir: Path) -> dict:
-    """Writes `<workdir>/heads` (specjax layout) and each `export.layouts` directory.
-
-    A layout `specjax.io.drafts` refuses for this drafter is logged and reported
-    (`export_error`) rather than losing the trained run; the checkpoint holds the drafter.
-    """
-    try:
-        save_draft(head, workdir / HEADS_DIR, layout="specjax")
-        for layout in config.export.layouts:
-            save_draft(head, workdir / "export" / layout, layout=layout)
-    except ValueError as e:
-        log.warning("drafter not exported (%s); it stays in %s", e, workdir / CHECKPOINTS)
-        return {"heads_dir": None, "export_error": str(e)}
-    return {"heads_dir": str(workdir / HEADS_DIR)}

@@ -9,7 +9,8 @@
 Top to bottom: load the target; build the training rows (self-distillation by default: the
 target regenerates continuations of prompts from the train split, `specjax.train.distill`;
 or the corpus text itself, `data.kind = "corpus"`); make the heads (identity blocks, the
-target's LM head); restore; the shared loop (`specjax.train.loop`); export.
+target's LM head); then the run every trainer shares (`specjax.train.trainer.fit`): restore,
+loop, eval, export, results.json.
 
 The target's features come from its own forward inside the jitted step, under stop_gradient
 (`features.precompute = False`, the default), or are computed once and stored in
@@ -24,15 +25,13 @@ target is written to `<workdir>/hf` (`sj.load_model(workdir)`), the heads to `<w
 Workdir: `checkpoints/` (orbax), `metrics.jsonl` + `tensorboard/`, `heads/` (specjax layout:
 `sj.load_draft(workdir)`), `export/<layout>/` for each layout in `export.layouts`, `hf/` (joint
 runs), `features/` (precomputed), `distill/` (self-distillation rows, unless
-`data.cache_dir` points elsewhere), `results.json`.
+`data.cache_dir` points elsewhere), `results.json` ({"task": "train_heads", "runs": [summary]}).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import math
 from pathlib import Path
 
 import jax
@@ -49,13 +48,12 @@ from specjax.heads import MedusaHeads
 from specjax.io.drafts import HEADS_DIR, save_draft
 from specjax.io.hf import load_model, save_hf
 from specjax.models import Model, as_model
-from specjax.train import checkpoint, data, distill, loop, losses
+from specjax.train import data, distill, loop, losses, trainer
 
 log = logging.getLogger(__name__)
 
-CHECKPOINTS, FEATURES, DISTILL, RESULTS, HF = (
-    "checkpoints", "features", "distill", "results.json", "hf",
-)  # fmt: skip
+CHECKPOINTS, HF, RESULTS = trainer.CHECKPOINTS, trainer.HF, trainer.RESULTS
+FEATURES, DISTILL = "features", "distill"
 METHODS = ("medusa",)
 RESUME_KEYS = ("method", "target", "seed", "data", "heads", "loss", "joint", "features",
                "train.batch_size")  # fmt: skip
@@ -68,9 +66,10 @@ def default_config() -> ml_collections.ConfigDict:
       ConfigDict: method, target (a checkpoint directory or training workdir), seed, data
       (kind "self_distill" or "corpus", the corpus and split, prompts and generation for
       self-distillation, seq_len for corpus rows), heads (num_heads, num_layers,
-      shared_blocks, bias, shared_lm_head), loss (decay), joint (Medusa-2), features (precompute), export
-      (layouts), train (optimizer and loop knobs, as train_lm's) and mesh (data, model,
-      fsdp: the device mesh of the training step, `loop.make_layout`; 1 x 1 = one device).
+      shared_blocks, bias, shared_lm_head), loss (decay), joint (Medusa-2), features
+      (precompute), export (layouts), train (`loop.train_config`'s knobs at its defaults)
+      and mesh (data, model, fsdp: the device mesh of the training step,
+      `loop.make_layout`; 1 x 1 = one device).
     """
     placeholder = ml_collections.config_dict.placeholder
     config = ml_collections.ConfigDict()
@@ -123,24 +122,7 @@ def default_config() -> ml_collections.ConfigDict:
     )
     config.features = dict(precompute=False, batch_size=16)
     config.export = dict(layouts=())  # e.g. ("vllm",): also written to <workdir>/export/<layout>
-    config.train = dict(
-        batch_size=8,
-        num_steps=400,
-        learning_rate=1e-3,
-        end_learning_rate_ratio=0.1,
-        warmup_steps=40,
-        weight_decay=0.0,
-        b1=0.9,
-        b2=0.999,
-        grad_clip_norm=1.0,
-        log_every=10,
-        eval_every=100,
-        eval_batches=8,
-        checkpoint_every=100,
-        max_to_keep=2,
-        progress=True,
-        debug_nan_at_step=-1,  # > 0: the loss of that step is made NaN (tests the guard)
-    )
+    config.train = loop.train_config()
     config.mesh = loop.mesh_config()
     return config
 
@@ -150,18 +132,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 def check_config(config) -> None:
     """Refuse what cannot work, naming the key and the value, before anything is loaded."""
-    if config.method not in METHODS:
-        raise ValueError(f"config.method={config.method!r} is not one of {METHODS}")
-    if config.data.kind not in ("self_distill", "corpus"):
-        raise ValueError(
-            f"config.data.kind={config.data.kind!r} is not one of ('self_distill', 'corpus')"
-        )
-    losses.check_loss_config(config.loss)
-    style = config.data.get("prompt_style", "window")
-    if style not in ("window", "instruction"):
-        raise ValueError(
-            f"config.data.prompt_style={style!r} is not one of ('window', 'instruction')"
-        )
+    check_draft_config(config, METHODS)
     if config.joint.enabled and config.features.precompute:
         raise ValueError(
             "config.features.precompute=True needs a frozen target, but config.joint.enabled="
@@ -172,6 +143,32 @@ def check_config(config) -> None:
             f"config.joint.heads_only_steps={config.joint.heads_only_steps} leaves no joint "
             f"steps before train.num_steps={config.train.num_steps}"
         )
+
+
+def check_draft_config(config, methods: tuple[str, ...]) -> None:
+    """The checks of every draft trainer (this one and EAGLE's): config.method among
+    `methods`, the rows' data.kind and data.prompt_style, and the loss."""
+    if config.method not in methods:
+        raise ValueError(f"config.method={config.method!r} is not one of {methods}")
+    if config.data.kind not in ("self_distill", "corpus"):
+        raise ValueError(
+            f"config.data.kind={config.data.kind!r} is not one of ('self_distill', 'corpus')"
+        )
+    losses.check_loss_config(config.loss)
+    style = config.data.get("prompt_style", "window")
+    if style not in ("window", "instruction"):
+        raise ValueError(
+            f"config.data.prompt_style={style!r} is not one of ('window', 'instruction')"
+        )
+
+
+def load_target(config, target=None, mesh=None) -> Model:
+    """The frozen target: `target` as a Model, or `config.target` loaded (onto `mesh`)."""
+    if target is None:
+        if not config.target:
+            raise ValueError("config.target is empty: set it to a checkpoint dir or LM workdir")
+        target = load_model(config.target, mesh=mesh)
+    return as_model(target)
 
 
 def prepare_rows(config, target: Model, workdir: Path, mesh=None) -> tuple[dict, dict]:
@@ -261,6 +258,51 @@ def precompute_features(
         batch_size=batch_size, progress=progress, mesh=mesh,
     )  # fmt: skip
     return stored["hidden"]
+
+
+def attach_features(config, target: Model, splits: dict, workdir: Path, mesh=None) -> None:
+    """Adds the stored `hidden` features to each split's rows ({"train": rows, "eval": rows}),
+    Medusa-1's rows then cropped to the loss (`crop_to_loss`)."""
+    fb, bar = config.features.batch_size, config.train.progress
+    for name, rows in splits.items():
+        rows["hidden"] = precompute_features(target, rows, workdir / FEATURES / name, fb, bar,
+                                             mesh)  # fmt: skip
+        if not config.joint.enabled:
+            # the prompt's features are never read (head k: feature t, label t + k + 2)
+            rows.update(crop_to_loss(rows, reach=config.heads.num_heads + 1))
+
+
+def crop_to_loss(rows: dict, reach: int) -> dict:
+    """Rows with stored features, each shifted left to the first position a loss reads.
+
+    Medusa-1's head k reads only the stored feature at t and the label at t + k + 2, so the
+    positions before the first counted label minus `reach` = K + 1 (the prompt of a self-distilled
+    row: about half of it on chat data) cost a full LM-head product per head for nothing.
+    Every row's (tokens, mask, hidden) move left together by the same amount and are padded
+    on the right with mask 0; the width becomes the longest counted span plus `reach`. A row
+    without a counted label keeps its first positions (it contributes nothing either way).
+
+    Args:
+      rows: {"tokens" [N, T], "mask" [N, T], "hidden" [N, T, D]}.
+      reach: how far before a label its earliest reader sits (K heads: K + 1).
+    Returns:
+      The rows, [N, W] and [N, W, D] with W <= T.
+    """
+    mask = np.asarray(rows["mask"])
+    counted = mask.any(axis=1)
+    first = np.where(counted, mask.argmax(axis=1), 0)
+    last = np.where(counted, mask.shape[1] - mask[:, ::-1].argmax(axis=1), 0)
+    start = np.where(counted, np.maximum(first - reach, 0), 0)
+    width = max(int((last - start).max()), 1)
+    out = {}
+    for key, array in rows.items():
+        array = np.asarray(array)
+        cropped = np.zeros((len(array), width, *array.shape[2:]), array.dtype)
+        for i, s in enumerate(start):
+            piece = array[i, s : s + width]
+            cropped[i, : len(piece)] = piece
+        out[key] = cropped
+    return out
 
 
 # ----------------------------------------------------------------------------------- steps
@@ -390,16 +432,10 @@ def make_steps(config, graphdef, target: Model, start: int = 0, layout=None, sha
         hidden, ref = inputs(batch, heads_only)
 
         def loss_fn(model):
-            loss, metrics = _losses(
-                config, model, batch, hidden, ref, heads_only=heads_only, unembed=unembed
-            )
-            if nan_at > 0:  # static: the hook costs nothing when off
-                loss = jnp.where(optimizer.step[...] + 1 == nan_at, jnp.nan, loss)
-            return loss, metrics
+            return _losses(config, model, batch, hidden, ref, heads_only=heads_only,
+                           unembed=unembed)  # fmt: skip
 
-        (loss, metrics), grads = nnx.value_and_grad(loss_fn, has_aux=True)(trainable)
-        optimizer.update(trainable, grads)
-        return nnx.state((trainable, optimizer)), {"loss": loss, **metrics}
+        return loop.update(trainable, optimizer, loss_fn, nan_at)
 
     def eval_step(state, batch):
         trainable, _ = nnx.merge(graphdef, state)
@@ -448,69 +484,51 @@ def train_heads(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
       workdir: the run's directory (created if missing).
       target: a loaded Model to use instead of loading `config.target`.
     Returns:
-      Summary dict (also `<workdir>/results.json`): step, resumed_from, train_loss,
-      eval_loss, top1 / top5 (per head), rank_accuracy (per head and rank), heads_dir, hf_dir (joint runs), num_params,
-      train_rows, data_kind, train_seconds.
+      Summary dict (`specjax.train.trainer.fit`'s; also results.json's one run): task, step,
+      resumed_from, train_loss, eval_loss, method, top1 / top5 (per head), rank_accuracy (per
+      head and rank), num_params, train_rows, data_kind, eval_lm_loss (joint runs),
+      train_seconds, heads_dir, hf_dir (joint runs); those two None, with export_error, if
+      the export was refused.
     """
     check_config(config)
-    layout = loop.make_layout(config)  # a bad mesh is refused before anything is loaded
+    workdir, layout = trainer.begin(config, workdir)
     mesh = None if layout is None else layout.mesh
-    workdir = Path(workdir).absolute()
-    workdir.mkdir(parents=True, exist_ok=True)
-    train = config.train
 
     # Setup: target, rows, features, heads, optimizer.
-    if target is None:
-        if not config.target:
-            raise ValueError("config.target is empty: set it to a checkpoint dir or LM workdir")
-        target = load_model(config.target, mesh=mesh)
-    target = as_model(target)
+    target = load_target(config, target, mesh)
     train_rows, eval_rows = prepare_rows(config, target, workdir, mesh)
     if config.features.precompute:
-        fb, bar = config.features.batch_size, train.progress
-        for name, rows in (("train", train_rows), ("eval", eval_rows)):
-            rows["hidden"] = precompute_features(target, rows, workdir / FEATURES / name, fb,
-                                                 bar, mesh)  # fmt: skip
+        attach_features(config, target, {"train": train_rows, "eval": eval_rows}, workdir, mesh)
     graphdef, state, schedule = make_state(config, target)
     state, shardings = loop.place_state(state, layout)
     log.info("%s heads: %d rows of %d tokens (%s)", config.method, data.num_rows(train_rows),
              train_rows["tokens"].shape[1], config.data.kind)  # fmt: skip
 
-    # Restore.
-    manager = checkpoint.make_manager(workdir / CHECKPOINTS, max_to_keep=train.max_to_keep)
-    start = manager.latest_step() or 0
-    if start:
-        loop.check_resumable(checkpoint.saved_config(manager, start), config, start, RESUME_KEYS)
-        loop.restore(manager, start, state)
-        log.info("resumed from step %d of %d", start, train.num_steps)
+    # Restore, loop, eval, export, results.json.
+    outputs = {"heads_dir": workdir / HEADS_DIR}
+    if config.joint.enabled:
+        outputs["hf_dir"] = workdir / HF
+    pieces = trainer.Pieces(
+        task="train_heads", graphdef=graphdef, schedule=schedule, train_rows=train_rows,
+        eval_rows=eval_rows,
+        make_steps=lambda start: make_steps(config, graphdef, target, start, layout, shardings),
+        evaluate=evaluate, resume_keys=RESUME_KEYS, desc=f"train {config.method} heads",
+        tokens_per_step=config.train.batch_size * train_rows["tokens"].shape[1],
+        summarize=lambda trainable, final: _summary(config, trainable, final, train_rows),
+        export=lambda trainable: _export(config, trainable, target, workdir),
+        outputs=outputs,
+    )  # fmt: skip
+    summary = trainer.fit(config, workdir, layout, state, pieces)
+    log.info("heads: eval top-1 %s", " / ".join(f"{a:.2f}" for a in summary["top1"]))
+    return summary
 
-    # Loop, eval, save.
-    train_step, eval_step = make_steps(config, graphdef, target, start, layout, shardings)
-    eval_fn = lambda s: evaluate(eval_step, s, eval_rows, train.batch_size, train.eval_batches)  # noqa: E731
-    state, final, seconds = loop.run_on_rows(
-        config,
-        workdir,
-        state,
-        train_step,
-        eval_fn,
-        train_rows,
-        manager,
-        schedule,
-        start,
-        desc=f"train {config.method} heads",
-        layout=layout,
-    )
 
-    trainable, _ = nnx.merge(graphdef, loop.gather(state, layout))
+def _summary(config, trainable, final: dict, train_rows: dict) -> dict:
+    """The head trainer's own summary fields."""
     heads = trainable.heads if isinstance(trainable, Joint) else trainable
     K = heads.config.num_heads
     summary = {
-        "task": "train_heads",
         "method": config.method,
-        "step": int(train.num_steps),
-        "resumed_from": start,
-        "train_loss": final.get("train/loss", math.nan),
-        "eval_loss": final["eval/loss"],
         "top1": [final[f"eval/head_{k}/top1"] for k in range(K)],
         "top5": [final[f"eval/head_{k}/top5"] for k in range(K)],
         # [K][RANKS]: how often exactly head k's rank-r token is right (trees.sparse_tree).
@@ -525,18 +543,22 @@ def train_heads(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
         "num_params": heads.config.num_params(),
         "train_rows": data.num_rows(train_rows),
         "data_kind": config.data.kind,
-        "train_seconds": round(seconds, 2),
-        "heads_dir": str(workdir / HEADS_DIR),
     }
     if isinstance(trainable, Joint):
-        summary.update(hf_dir=str(workdir / HF), eval_lm_loss=final.get("eval/lm_loss"))
-    if jax.process_index() == 0:
-        save_draft(heads, workdir / HEADS_DIR, layout="specjax")
-        for name in config.export.layouts:
-            save_draft(heads, workdir / "export" / name, layout=name)
-        if isinstance(trainable, Joint):
-            save_hf(Model(trainable.target, target.tokenizer, str(workdir / HF)), workdir / HF)
-        (workdir / RESULTS).write_text(json.dumps(summary, indent=2) + "\n")
-    parallel.barrier(f"train_heads export {workdir}")  # every process returns once it exists
-    log.info("heads: eval top-1 %s", " / ".join(f"{a:.2f}" for a in summary["top1"]))
+        summary["eval_lm_loss"] = final.get("eval/lm_loss")
     return summary
+
+
+def export_draft(config, heads, workdir: Path) -> None:
+    """Writes `heads` to `<workdir>/heads` (specjax layout) and each `export.layouts` dir."""
+    save_draft(heads, workdir / HEADS_DIR, layout="specjax")
+    for name in config.export.layouts:
+        save_draft(heads, workdir / "export" / name, layout=name)
+
+
+def _export(config, trainable, target: Model, workdir: Path) -> None:
+    """The heads and, for a joint run, the fine-tuned target (`<workdir>/hf`)."""
+    joint = isinstance(trainable, Joint)
+    export_draft(config, trainable.heads if joint else trainable, workdir)
+    if joint:
+        save_hf(Model(trainable.target, target.tokenizer, str(workdir / HF)), workdir / HF)

@@ -5,8 +5,9 @@
     summary = lm.train_lm(config, "/tmp/lm")
     model = sj.load_model("/tmp/lm")         # the exported <workdir>/hf
 
-The trainer reads top to bottom: setup (data, tokenizer, model, optimizer), restore, loop
-(train step, metrics, eval, checkpoints), final save and export. A workdir holds:
+The trainer reads top to bottom: setup (data, tokenizer, model, optimizer), then the run every
+trainer shares (`specjax.train.trainer.fit`): restore, loop (train step, metrics, eval,
+checkpoints), final eval and save, export, results.json. A workdir holds:
 
     tokenizer/           tokenizer.json (+ tokenizer_config.json) used for the whole run
     checkpoints/<step>/  orbax: model + optimizer state, and the config as JSON
@@ -20,10 +21,8 @@ Steps count optimizer updates: step s is the state after s updates, trained on t
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import time
 from pathlib import Path
 
 import jax
@@ -38,12 +37,12 @@ from specjax.cache import KVCache
 from specjax.io.hf import save_hf
 from specjax.io.tokenizer import Tokenizer, train_bpe
 from specjax.models import Decoder, Model, ModelConfig
-from specjax.train import checkpoint, data, loop
-from specjax.train.metrics import JSONL_NAME, MetricWriter, read_jsonl
+from specjax.train import data, loop, trainer
 
 log = logging.getLogger(__name__)
 
-CHECKPOINTS, TOKENIZER, HF, RESULTS = "checkpoints", "tokenizer", "hf", "results.json"
+CHECKPOINTS, HF, RESULTS = trainer.CHECKPOINTS, trainer.HF, trainer.RESULTS
+TOKENIZER = "tokenizer"
 # What a resumed run must share with the checkpoint's run.
 RESUME_KEYS = ("model", "data", "seed", "train.batch_size", "train.seq_len")
 
@@ -55,8 +54,9 @@ def default_config() -> ml_collections.ConfigDict:
       ConfigDict with task, seed (init and batch order), data (load_text_dataset and
       split_dataset arguments), tokenizer (path of a tokenizer.json or a directory holding
       one, "" = train a BPE on the train split), model (ModelConfig fields; the vocabulary
-      size comes from the tokenizer), train (optimizer, schedule and loop knobs) and mesh
-      (data, model, fsdp: the device mesh, `loop.make_layout`; 1 x 1 = one device).
+      size comes from the tokenizer), train (`loop.train_config`'s knobs, and seq_len: the
+      tokens of a packed row) and mesh (data, model, fsdp: the device mesh,
+      `loop.make_layout`; 1 x 1 = one device).
     """
     placeholder = ml_collections.config_dict.placeholder
     config = ml_collections.ConfigDict()
@@ -87,25 +87,9 @@ def default_config() -> ml_collections.ConfigDict:
         rope_theta=10000.0,
         dtype="float32",
     )
-    config.train = dict(
-        seq_len=128,
-        batch_size=16,
-        num_steps=500,
-        learning_rate=3e-3,
-        end_learning_rate_ratio=0.1,
-        warmup_steps=50,
-        weight_decay=0.1,
-        b1=0.9,
-        b2=0.95,
-        grad_clip_norm=1.0,
-        log_every=10,
-        eval_every=100,
-        eval_batches=8,
-        checkpoint_every=100,
-        max_to_keep=2,
-        progress=True,
-        debug_nan_at_step=-1,  # > 0: the loss of that step is made NaN (tests the guard)
-    )
+    config.train = loop.train_config(batch_size=16, num_steps=500, learning_rate=3e-3,
+                                     warmup_steps=50, weight_decay=0.1, b2=0.95)  # fmt: skip
+    config.train.seq_len = 128  # the LM's own knob: tokens a packed row trains on
     config.mesh = loop.mesh_config()
     return config
 
@@ -218,16 +202,8 @@ def make_train_step(graphdef, nan_at_step: int = -1, layout=None, shardings=None
 
     def train_step(state, inputs, targets):
         decoder, optimizer = nnx.merge(graphdef, state)
-
-        def loss_fn(model):
-            loss = next_token_loss(model, inputs, targets)
-            if nan_at_step > 0:  # static: the hook costs nothing when off
-                loss = jnp.where(optimizer.step[...] + 1 == nan_at_step, jnp.nan, loss)
-            return loss
-
-        loss, grads = nnx.value_and_grad(loss_fn)(decoder)
-        optimizer.update(decoder, grads)
-        return nnx.state((decoder, optimizer)), {"loss": loss}
+        loss_fn = lambda model: (next_token_loss(model, inputs, targets), {})  # noqa: E731
+        return loop.update(decoder, optimizer, loss_fn, nan_at_step)
 
     step = loop.jit_train_step(train_step, layout, shardings)
     return lambda state, batch: step(state, batch["inputs"], batch["targets"])
@@ -275,15 +251,13 @@ def train_lm(config: ml_collections.ConfigDict, workdir) -> dict:
       config: see `default_config`.
       workdir: the run's directory (created if missing).
     Returns:
-      Summary dict: step, resumed_from (the restored step, 0 on a fresh run), train_loss,
-      eval_loss, eval_perplexity, num_params, tokens_seen, train_seconds, hf_dir; also
-      written to `<workdir>/results.json`.
+      Summary dict (`specjax.train.trainer.fit`'s): task, step, resumed_from, train_loss,
+      eval_loss, eval_perplexity, num_params, tokens_seen, train_seconds, hf_dir; also the
+      one run of `<workdir>/results.json`.
     Raises:
       FloatingPointError: the training loss became NaN or infinite (the message names the step).
     """
-    layout = loop.make_layout(config)  # a bad mesh is refused before any work
-    workdir = Path(workdir).absolute()
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir, layout = trainer.begin(config, workdir)
     train = config.train
 
     # Setup: data, tokenizer, model, optimizer (placed on the mesh by the rules).
@@ -300,57 +274,32 @@ def train_lm(config: ml_collections.ConfigDict, workdir) -> dict:
         model_cfg.num_params() / 1e6,
     )
 
-    # Restore: the latest committed checkpoint, if any.
-    manager = checkpoint.make_manager(workdir / CHECKPOINTS, max_to_keep=train.max_to_keep)
-    start = manager.latest_step() or 0
-    if start:
-        saved = checkpoint.saved_config(manager, start)
-        loop.check_resumable(saved, config, start, RESUME_KEYS)
-        loop.restore(manager, start, state)
-        log.info("resumed from step %d of %d", start, train.num_steps)
+    def make_steps(start: int):  # the same steps whatever the restored step
+        train_step = make_train_step(graphdef, train.debug_nan_at_step, layout, shardings)
+        return train_step, loop.on_layout(make_eval_step(graphdef), layout)
 
-    # Loop, eval, save.
-    writer = MetricWriter(workdir, resume_step=start)
-    eval_step = loop.on_layout(make_eval_step(graphdef), layout)
-    eval_fn = lambda s: evaluate(eval_step, s, eval_rows, train.batch_size, train.eval_batches)  # noqa: E731
-    local = loop.local_rows(layout, train.batch_size)
-    stream = data.batches(train_rows, train.batch_size, config.seed, start_step=start, local=local)
-    train_step = make_train_step(graphdef, train.debug_nan_at_step, layout, shardings)
-    begin = time.perf_counter()
-    try:
-        state, final = loop.run(
-            config, state, train_step, eval_fn, loop.sharded_stream(stream, layout),
-            manager, writer, schedule, start,
-            desc=f"train {config.model.num_layers}x{config.model.hidden_size}",
-            tokens_per_step=train.batch_size * train.seq_len,
-        )  # fmt: skip
-    finally:
-        manager.wait_until_finished()
-        writer.close()
-    train_loss = final.get("train/loss", float("nan"))
-    final_eval = {k: v for k, v in final.items() if k.startswith("eval/")}
-
-    decoder, _ = nnx.merge(graphdef, loop.gather(state, layout))
-    if math.isnan(train_loss):  # nothing left to train: report the last logged loss
-        logged = [r["train/loss"] for r in read_jsonl(workdir / JSONL_NAME) if "train/loss" in r]
-        train_loss = logged[-1] if logged else train_loss
-    summary = {
-        "step": int(train.num_steps),
-        "resumed_from": start,
-        "train_loss": train_loss,
-        "eval_loss": final_eval["eval/loss"],
-        "eval_perplexity": final_eval["eval/perplexity"],
-        "num_params": decoder.config.num_params(),
-        "tokens_seen": int(train.num_steps * train.batch_size * train.seq_len),
-        "train_seconds": round(time.perf_counter() - begin, 2),
-        "hf_dir": str(workdir / HF),
-    }
-    if jax.process_index() == 0:
-        save_hf(Model(decoder, tokenizer), workdir / HF)
-        results = {"task": "train_lm", "runs": [summary]}
-        (workdir / RESULTS).write_text(json.dumps(results, indent=2) + "\n")
-    parallel.barrier(f"train_lm export {workdir}")  # every process returns once it exists
+    # Restore, loop, eval, export, results.json.
+    pieces = trainer.Pieces(
+        task="train_lm", graphdef=graphdef, schedule=schedule, train_rows=train_rows,
+        eval_rows=eval_rows, make_steps=make_steps, evaluate=evaluate, resume_keys=RESUME_KEYS,
+        desc=f"train {config.model.num_layers}x{config.model.hidden_size}",
+        tokens_per_step=train.batch_size * train.seq_len,
+        summarize=lambda decoder, final: _summary(config, decoder, final),
+        export=lambda decoder: save_hf(Model(decoder, tokenizer), workdir / HF),
+        outputs={"hf_dir": workdir / HF},
+    )  # fmt: skip
+    summary = trainer.fit(config, workdir, layout, state, pieces)
     log.info(
         "trained: eval loss %.3f, perplexity %.1f", summary["eval_loss"], summary["eval_perplexity"]
     )
     return summary
+
+
+def _summary(config, decoder: Decoder, final: dict) -> dict:
+    """The LM's own summary fields."""
+    train = config.train
+    return {
+        "eval_perplexity": final["eval/perplexity"],
+        "num_params": decoder.config.num_params(),
+        "tokens_seen": int(train.num_steps * train.batch_size * train.seq_len),
+    }

@@ -1,17 +1,20 @@
-"""The training loop every trainer shares (LM training, draft heads): optimizer, loop, saves.
+"""The loop every trainer shares (LM training, draft heads): knobs, optimizer, loop, saves.
 
-A trainer builds its state (an `nnx.split` of modules and their optimizer), a jitted
-`train_step(state, batch) -> (state, metrics)` whose metrics hold at least "loss", an
-`eval_fn(state) -> {name: value}` and a resumable batch stream, then calls `run`. `run` reads
-top to bottom: train step, metrics every `log_every` (train/<name> averaged over the interval,
+`train_config` is every trainer's `config.train` (optimizer, schedule and loop knobs), each
+trainer overriding some of its values. A trainer builds its state (an `nnx.split` of modules
+and their optimizer), a jitted `train_step(state, batch) -> (state, metrics)` whose metrics
+hold at least "loss" (`update` takes the optimizer step), an `eval_fn(state) -> {name: value}`
+and its rows, and hands them to `specjax.train.trainer.fit`, which restores, calls
+`run_on_rows` (`run` over the rows' resumable batch stream) and exports. `run` reads top to
+bottom: train step, metrics every `log_every` (train/<name> averaged over the interval,
 train/learning_rate, train/tokens_per_s), eval every `eval_every`, checkpoint every
 `checkpoint_every`, a tqdm bar, and a non-finite loss stops the run naming the step (no
 checkpoint ever holds a state that saw one).
 
-Resume order, common to every trainer: the model is built from the seed as on a fresh run, then
-replaced by the latest committed checkpoint (parameters, optimizer moments, step count, hence
-the learning-rate schedule); the batch stream restarts at that step; `metrics.jsonl` drops the
-records after it (`MetricWriter(resume_step=...)`).
+Resume order, common to every trainer (`specjax.train.trainer.fit`): the model is built from the
+seed as on a fresh run, then replaced by the latest committed checkpoint (parameters, optimizer
+moments, step count, hence the learning-rate schedule); the batch stream restarts at that step;
+`metrics.jsonl` drops the records after it (`MetricWriter(resume_step=...)`).
 
 On a device mesh (`config.mesh`: data, model, fsdp; 1 x 1 is the one-device path, untouched):
 `make_layout` checks the mesh against the devices and the batch, `place_state` puts the
@@ -29,6 +32,7 @@ import math
 import time
 
 import jax
+import ml_collections
 import numpy as np
 import optax
 from flax import nnx
@@ -37,6 +41,36 @@ from tqdm.auto import tqdm
 from specjax import parallel
 from specjax.train import checkpoint, data
 from specjax.train.metrics import MetricWriter
+
+
+def train_config(**overrides) -> ml_collections.ConfigDict:
+    """The `config.train` section of every trainer: optimizer, schedule and loop knobs.
+
+    Args:
+      overrides: a trainer's own defaults for some of the knobs (values only: a name that is
+        not a knob here is a KeyError).
+    Returns:
+      ConfigDict: batch_size, num_steps, the AdamW schedule (learning_rate,
+      end_learning_rate_ratio, warmup_steps, weight_decay, b1, b2, grad_clip_norm; see
+      `make_optimizer`), the cadence (log_every, eval_every, eval_batches, checkpoint_every),
+      max_to_keep (committed checkpoints), progress (a tqdm bar) and debug_nan_at_step.
+    """
+    train = ml_collections.ConfigDict(dict(
+        batch_size=8, num_steps=400,
+        # AdamW on a warmup-cosine schedule, gradients clipped first (`make_optimizer`)
+        learning_rate=1e-3, end_learning_rate_ratio=0.1, warmup_steps=40,
+        weight_decay=0.0, b1=0.9, b2=0.999, grad_clip_norm=1.0,
+        # cadence in steps (eval_batches: batches of the held-out rows an eval reads)
+        log_every=10, eval_every=100, eval_batches=8, checkpoint_every=100,
+        max_to_keep=2,  # committed checkpoints kept
+        progress=True,  # a tqdm bar on process 0
+        debug_nan_at_step=-1,  # > 0: the loss of that step is made NaN (tests the guard)
+    ))  # fmt: skip
+    unknown = sorted(set(overrides) - set(train.keys()))
+    if unknown:
+        raise KeyError(f"train_config: {unknown} are not train knobs; they are {sorted(train)}")
+    train.update(overrides)
+    return train
 
 
 def make_optimizer(
@@ -76,6 +110,29 @@ def make_optimizer(
         ),
     )
     return tx, schedule
+
+
+def update(model, optimizer, loss_fn, nan_at_step: int = -1):
+    """One optimizer update of `model`, inside a train step: every trainer's update.
+
+    Args:
+      model, optimizer: merged from the state (`nnx.merge(graphdef, state)`).
+      loss_fn: model -> (loss [] float32, metrics dict).
+      nan_at_step: > 0 makes the loss of that step NaN (the test hook of the non-finite
+        guard; static: it costs nothing when off).
+    Returns:
+      (the new state, `nnx.state((model, optimizer))`; {"loss": loss, **metrics}).
+    """
+
+    def hooked(m):
+        loss, metrics = loss_fn(m)
+        if nan_at_step > 0:
+            loss = jax.numpy.where(optimizer.step[...] + 1 == nan_at_step, jax.numpy.nan, loss)
+        return loss, metrics
+
+    (loss, metrics), grads = nnx.value_and_grad(hooked, has_aux=True)(model)
+    optimizer.update(model, grads)
+    return nnx.state((model, optimizer)), {"loss": loss, **metrics}
 
 
 def check_finite(pending: list[tuple[int, jax.Array]]) -> list[float]:
@@ -316,11 +373,12 @@ def run(
 
 def run_on_rows(
     config, workdir, state, train_step, eval_fn, train_rows, manager, schedule, start: int, *,
-    desc: str, layout: parallel.Layout | None = None,
+    desc: str, tokens_per_step: int, layout: parallel.Layout | None = None,
 ):  # fmt: skip
-    """`run` over shuffled batches of `train_rows` (the head trainers' rows: {"tokens" [N, T],
-    ...}), with a MetricWriter in `workdir` that resumes at `start`; under `layout` each
-    process reads its rows of every batch, made a global batch over `data`.
+    """`run` over shuffled batches of `train_rows` (LM rows [N, T + 1], or the head trainers'
+    {"tokens" [N, T], ...}: `data.batches`), with a MetricWriter in `workdir` that resumes at
+    `start`; under `layout` each process reads its rows of every batch, made a global batch
+    over `data`.
 
     Returns:
       (state, summary, seconds): as `run`, and the wall time of the loop.
@@ -334,7 +392,7 @@ def run_on_rows(
     try:
         state, final = run(
             config, state, train_step, eval_fn, stream, manager, writer, schedule, start,
-            desc=desc, tokens_per_step=train.batch_size * train_rows["tokens"].shape[1],
+            desc=desc, tokens_per_step=tokens_per_step,
         )  # fmt: skip
     finally:
         manager.wait_until_finished()

@@ -290,3 +290,22 @@ def test_lossy_rows_are_labelled():
                                "generated_tokens": [2], "lossy": True}])["lossy"] is True  # fmt: skip
     assert method_label({"method": "medusa", "lossy": True}) == "medusa (lossy)"
     assert method_label({"method": "medusa", "lossy": False}) == "medusa"
+
+
+def test_every_prompt_bucket_is_compiled_in_the_warm_up(pair):
+    """Categories whose prompts fall in different buckets (Spec-Bench's do: 40 to 250 tokens)
+    are each compiled in the warm-up, so no timed repeat includes a compile."""
+    target = pair[0]
+    rng = np.random.default_rng(0)
+    V = target.config.vocab_size
+    workloads = {
+        "short": timing.make_batches([rng.integers(0, V, 10).tolist()], 1),  # bucket 16
+        "long": timing.make_batches([rng.integers(0, V, 40).tolist()], 1),  # bucket 64
+        "same": timing.make_batches([rng.integers(0, V, 12).tolist()], 1),  # bucket 16
+    }
+    assert [len(b[0]) for b in timing.warmup_batches(workloads)] == [10, 40]
+    assert [len(b[0]) for b in timing.warmup_batches(workloads, skip=[[0] * 9])] == [40]
+    runner = timing.Runner(target, 4, 0)
+    spec = {"method": "ngram", "num_speculative_tokens": N}
+    measured = runner.compare_many(workloads, 0.0, {"ngram": spec}, 1)
+    assert measured["ngram"]["retraced"] == 0

@@ -21,7 +21,9 @@ import specjax as sj
 from specjax import sampling as sp
 from specjax.decoding import engine, spec_config, trees
 from specjax.decoding.proposers import StepInput
+from specjax.decoding.proposers.eagle_tree import GREEDY_SCORE_TEMPERATURE, DynamicTree, keep_best
 from specjax.decoding.proposers.medusa import MedusaProposer
+from specjax.decoding.topology import Topology, ancestor_mask_of, path_to
 
 VOCAB = 32
 MAX_NEW = 24
@@ -88,7 +90,7 @@ def test_eagle2_paper_preset_is_the_papers_setting():
         {"method": "eagle3", "model": object(), "num_speculative_tokens": 7,
          "draft_tree": "eagle2_paper"}, temperature=0.0,
     )  # fmt: skip
-    assert cfg.tree == trees.DynamicTree(top_k=10, depth=7, total_tokens=60, score_temperature=1.0)
+    assert cfg.tree == DynamicTree(top_k=10, depth=7, total_tokens=60, score_temperature=1.0)
     with pytest.raises(
         ValueError, match=r"'eagle2_paper' drafts depth 7; set num_speculative_tokens=7"
     ):
@@ -171,8 +173,8 @@ class _ExplicitTopology(MedusaProposer):
 
     def propose(self, ctx, target, params, step, key):
         draft, pstate = super().propose(ctx, target, params, step, key)
-        topo = trees.Topology.of(self.tree, step.root.shape[0])
-        return draft.replace(topology=trees.Topology(topo.parents + 0, topo.depth + 0)), pstate
+        topo = Topology.of(self.tree, step.root.shape[0])
+        return draft.replace(topology=Topology(topo.parents + 0, topo.depth + 0)), pstate
 
 
 def _run_steps(target, prompts, cfg, steps, proposer_cls=None, sampling=None):
@@ -259,14 +261,14 @@ def test_keep_best_is_closed_under_ancestors_on_ties():
     scores = jnp.asarray([[0.0, -5.0, 0.0, -1.0, 0.0]])
     parents = jnp.asarray([[-1, -1, 0, 0, 2]])
     depth = jnp.asarray([1, 1, 2, 2, 3])
-    tok, valid, topo = trees.keep_best(tokens, scores, parents, depth, 3)
+    tok, valid, topo = keep_best(tokens, scores, parents, depth, 3)
     assert np.asarray(tok).tolist() == [[10, 12, 14]]
     assert np.asarray(topo.parents).tolist() == [[-1, 0, 1, 2]]
     assert np.asarray(topo.depth).tolist() == [[0, 1, 2, 3]]
     assert np.asarray(valid).all()
     # -inf candidates fill the block only when nothing better exists, and are not offered.
     scores = jnp.asarray([[0.0, -jnp.inf, -jnp.inf, -jnp.inf, -jnp.inf]])
-    tok, valid, topo = trees.keep_best(tokens, scores, parents, depth, 2)
+    tok, valid, topo = keep_best(tokens, scores, parents, depth, 2)
     assert np.asarray(valid).tolist() == [[True, False]]
 
 
@@ -278,7 +280,7 @@ def test_keep_best_never_offers_a_node_whose_parent_was_dropped():
     scores = jnp.asarray([[0.0, -9.0, -1.0, -2.0], [0.0, -1.0, -2.0, -3.0]])
     parents = jnp.asarray([[-1, -1, 1, 2], [-1, -1, 1, 2]])
     depth = jnp.asarray([1, 1, 2, 3])
-    tok, valid, topo = trees.keep_best(tokens, scores, parents, depth, 3)
+    tok, valid, topo = keep_best(tokens, scores, parents, depth, 3)
     assert np.asarray(tok).tolist() == [[10, 12, 13], [10, 11, 12]]
     assert np.asarray(valid).tolist() == [[True, False, False], [True, True, True]]
     assert np.asarray(topo.parents)[1].tolist() == [-1, 0, 0, 2]
@@ -288,9 +290,9 @@ def test_dynamic_tree_scoring_law():
     """T=0: the drafter's law sharpened by GREEDY_SCORE_TEMPERATURE; T>0: the decode's processed
     law (top-k outside -inf); an explicit score_temperature at any T."""
     logits = jax.random.normal(jax.random.key(0), (2, 3, 11)) * 3
-    tree = trees.DynamicTree(3, 4, 8)
+    tree = DynamicTree(3, 4, 8)
     greedy, t07 = sj.SamplingParams(), sj.SamplingParams(temperature=0.7, top_k=4)
-    t = trees.GREEDY_SCORE_TEMPERATURE
+    t = GREEDY_SCORE_TEMPERATURE
     np.testing.assert_allclose(tree.score_logprobs(logits, greedy),
                                jax.nn.log_softmax(logits / t), rtol=1e-6)  # fmt: skip
     got = np.asarray(tree.score_logprobs(logits, t07))
@@ -299,7 +301,7 @@ def test_dynamic_tree_scoring_law():
     top = np.argsort(-np.asarray(logits), -1)[..., :4]
     want = np.asarray(jax.nn.log_softmax(np.take_along_axis(np.asarray(logits), top, -1) / 0.7))
     np.testing.assert_allclose(np.take_along_axis(got, top, -1), want, rtol=1e-5)
-    fixed = trees.DynamicTree(3, 4, 8, score_temperature=2.0)
+    fixed = DynamicTree(3, 4, 8, score_temperature=2.0)
     for sampling in (greedy, t07):
         np.testing.assert_allclose(fixed.score_logprobs(logits, sampling),
                                    jax.nn.log_softmax(logits / 2.0), rtol=1e-6)  # fmt: skip
@@ -307,11 +309,11 @@ def test_dynamic_tree_scoring_law():
 
 def test_ancestor_mask_and_paths_from_data_match_the_static_tree():
     tree = trees.get_tree("mc_sim_7b_63")
-    topo = trees.Topology.of(tree, 2)
-    mask = np.asarray(trees.ancestor_mask_of(topo.parents, tree.max_depth))
+    topo = Topology.of(tree, 2)
+    mask = np.asarray(ancestor_mask_of(topo.parents, tree.max_depth))
     assert (mask == tree.ancestor_mask[None]).all()
     nodes = jnp.asarray([17, 63])
-    paths = np.asarray(trees.path_to(topo.parents, topo.depth, nodes, tree.max_depth))
+    paths = np.asarray(path_to(topo.parents, topo.depth, nodes, tree.max_depth))
     assert (paths == tree.node_paths[[17, 63]]).all()
 
 

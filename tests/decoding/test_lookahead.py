@@ -11,7 +11,7 @@ import pytest
 
 import specjax as sj
 from specjax.cache import KVCache
-from specjax.decoding import engine, spec_config, trees
+from specjax.decoding import engine, spec_config
 from specjax.decoding.proposers import StepInput
 from specjax.decoding.proposers.base import Context
 from specjax.decoding.proposers.lookahead import (
@@ -20,7 +20,9 @@ from specjax.decoding.proposers.lookahead import (
     pool_insert,
     window_mask,
 )
+from specjax.decoding.proposers.ngram_trie import NgramTrie, ngram_trie
 from specjax.decoding.speculative import _with_extra
+from specjax.decoding.topology import ancestor_mask_of
 
 MAX_NEW = 40
 SMALL = {"lookahead_window": 3, "ngram_size": 3, "max_candidates": 2}
@@ -69,7 +71,7 @@ def test_ngram_trie_by_hand():
     """Candidates sharing a prefix share nodes; duplicates and missing ones are not offered."""
     cand = jnp.asarray([[[1, 2, 3], [1, 2, 4], [1, 2, 3], [5, 6, 7]]])  # [1, G=4, n=3]
     valid = jnp.asarray([[True, True, True, False]])
-    tokens, offered, topo = trees.ngram_trie(cand, valid)
+    tokens, offered, topo = ngram_trie(cand, valid)
     # Nodes 1..12: candidate g's token j at 1 + 3g + j.
     assert np.asarray(tokens).tolist() == [[1, 2, 3, 1, 2, 4, 1, 2, 3, 5, 6, 7]]
     # g=1 shares "1 2" with g=0 (nodes 4, 5 not offered; its "4" hangs under node 2);
@@ -116,7 +118,7 @@ def test_window_cells_see_exactly_their_trajectory(target):
     draft, _ = proposer.propose(ctx, target, (), view, None)
     assert np.asarray(draft.tokens)[0, :4].tolist() == [9, 2, 30, 7]
     assert np.asarray(draft.valid)[0].tolist() == [True] * 4 + [False] * 3
-    block = trees.ancestor_mask_of(draft.topology.parents, proposer.n)
+    block = ancestor_mask_of(draft.topology.parents, proposer.n)
     tokens, offsets, mask = _with_extra(draft.tokens, draft.topology.depth, block, draft.extra)
     cache = KVCache.for_model(target.config, 1, 64)
     pre = target(jnp.asarray([prefix]), jnp.arange(L)[None], cache)
@@ -244,4 +246,4 @@ def test_auto_verification_and_defaults():
     assert (greedy.verification, sampled.verification) == ("greedy", "one_hot")
     W, N, G = spec_config.lookahead_defaults()
     assert (greedy.lookahead_window, greedy.ngram_size, greedy.max_candidates) == (W, N, G)
-    assert greedy.tree == trees.NgramTrie(G, N - 1) and greedy.is_dynamic
+    assert greedy.tree == NgramTrie(G, N - 1) and greedy.is_dynamic

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from specjax.decoding import trees
+from specjax.decoding.topology import MAX_TREE_NODES
 
 
 def _eq(a, b):
@@ -119,7 +120,7 @@ def test_builder_validation():
         trees.topk_tree(9, 2)  # 1023 nodes
     assert trees.topk_tree(8, 2).num_nodes == 511
     with pytest.raises(ValueError, match="MAX_TREE_NODES"):
-        trees.chain(trees.MAX_TREE_NODES)
+        trees.chain(MAX_TREE_NODES)
     with pytest.raises(ValueError, match="n=-1"):
         trees.chain(-1)
     with pytest.raises(ValueError, match=r"parents\[0\] must be -1"):

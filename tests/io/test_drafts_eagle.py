@@ -19,6 +19,8 @@ from safetensors.numpy import load_file, save_file
 import specjax as sj
 from specjax.heads.eagle import EagleHead, draft_vocabulary
 from specjax.io import drafts
+from specjax.io.drafts.eagle import checkpoint_names, variables_by_path
+from specjax.models import config_to_hf
 
 H, V, VD, L = 32, 48, 20, 6
 TARGET = sj.ModelConfig(
@@ -43,7 +45,7 @@ def _randomised(head, seed=0):
     d2t, t2d = np.zeros(c.draft_vocab_size, np.int32), np.arange(c.vocab_size) < c.draft_vocab_size
     if c.method == "eagle3" and c.draft_vocab_size < c.vocab_size:
         d2t, t2d = draft_vocabulary(rng.integers(0, 1000, c.vocab_size), c.draft_vocab_size)
-    for name, var in drafts._flat(head).items():
+    for name, var in variables_by_path(head).items():
         value = var.get_value()
         if name in ("d2t", "t2d"):
             var.set_value(jnp.asarray(d2t if name == "d2t" else t2d, value.dtype))
@@ -268,12 +270,12 @@ def test_reference_eagle1_with_bias_and_embedding(tmp_path, target):
     head = _head(target, "eagle", fc_bias=True)
     arrays = drafts.eagle_arrays(head)
     tensors = {name: np.ascontiguousarray(arrays[path].T if tr else arrays[path])
-               for path, name, tr in drafts._eagle_names(head.config, "layers.0.")}  # fmt: skip
+               for path, name, tr in checkpoint_names(head.config, "layers.0.")}  # fmt: skip
     tensors["embed_tokens.weight"] = np.asarray(target.embed_tokens.embedding[...])
     ref = tmp_path / "eagle1"
     ref.mkdir()
     save_file(tensors, str(ref / "model.safetensors"))
-    config = drafts.config_to_hf(head.config.layer)
+    config = config_to_hf(head.config.layer)
     config.update(architectures=["LlamaForCausalLM"], bias=True)
     (ref / "config.json").write_text(json.dumps(config))
     assert drafts.detect_layout(ref) == "vllm"

@@ -290,3 +290,32 @@ def test_chat_template_survives_save_hf(bpe, tmp_path):
         plain.chat("hi")
     with pytest.raises(ValueError, match="list of"):
         bpe.apply_chat_template("hi")
+
+
+def test_written_pre_tokenizer_is_a_name_llama_cpp_knows(bpe, tmp_path):
+    """llama.cpp refuses `tokenizer.ggml.pre = "gpt2"` ("unknown pre-tokenizer type"): GPT-2's
+    byte-level split is written "gpt-2", Llama-3's regex "llama-bpe", and a split it has no
+    name for is refused by name rather than written as something llama.cpp tokenizes
+    differently."""
+    from tokenizers import pre_tokenizers
+
+    def pre_of(model):
+        path = gguf_file.save_gguf(model, tmp_path / "m.gguf")
+        field = gguf.GGUFReader(str(path)).fields["tokenizer.ggml.pre"]
+        return bytes(field.parts[field.data[0]]).decode()
+
+    model = _model(bpe)
+    assert pre_of(model) == "gpt-2"
+    backend = tokenizers.Tokenizer.from_str(bpe.backend.to_str())
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    for regex, name in ((gguf_file._LLAMA3_SPLIT, "llama-bpe"), (r"\s+|\S+", None)):
+        backend.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Split(tokenizers.Regex(regex), behavior="isolated"), byte_level]
+        )
+        tok = Tokenizer(backend, eos_token_ids=bpe.eos_token_id)
+        other = sj.Model(model.module, tok, "")
+        if name is None:
+            with pytest.raises(NotImplementedError, match="no llama.cpp pre-tokenizer name"):
+                pre_of(other)
+        else:
+            assert pre_of(other) == name

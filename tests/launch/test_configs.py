@@ -19,7 +19,7 @@ VARIANTS = {
     "configs/train_medusa.py": [None, "joint", "tiny"],
     "configs/train_eagle.py": [None, "tiny"],
     "configs/quickstart.py": [None, "tiny"],
-    "configs/smollm2.py": [None, "short"],
+    "configs/smollm2.py": [None, "batch8", "short"],
     "configs/bench.py": [None, "small"],
     "configs/pick.py": [None, "small"],
     "configs/ablations/num_speculative_tokens.py": [None, "tiny"],

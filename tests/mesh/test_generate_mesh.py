@@ -6,9 +6,14 @@ tokens and the acceptance counts must equal the single-device run's exactly, and
 logits must agree within 1e-5 (float32, highest matmul precision: only the order of the
 sharded reductions differs). A batch of 3 rows is padded to a multiple of the data axis.
 
+At T>0 with fixed per-row seeds, a chain with sampled drafts (draft_model, probabilistic
+verification) and a dynamic tree (EAGLE-3, one-hot verification) give the single-device tokens
+and acceptance counts on every mesh too: a row's randomness is its own key's, wherever the row
+and the vocabulary are placed.
+
 The fast set (the README's command) covers autoregressive decoding and one speculative method
-per family on every mesh shape that matters for it; `-m slow` covers every family on every
-mesh and every method on (2, 4).
+per family on every mesh shape that matters for it, and the two T>0 methods on (2, 4); `-m slow`
+covers every family on every mesh, every method on (2, 4) and the T>0 methods on every mesh.
 """
 
 import jax
@@ -88,16 +93,23 @@ FAST = {(m, (2, 4)) for m in FAMILIES} | {("autoregressive", s) for s in MESH_SH
 RUN = FAST | {(m, s) for m in FAMILIES for s in MESH_SHAPES} | {(m, (2, 4)) for m in METHODS}
 STAT_KEYS = ("generated_tokens", "row_steps", "row_draft_tokens", "row_accepted_tokens")
 
+# T>0: top-p sorts the whole vocabulary, which the (x, 4) and (1, 8) meshes shard. (At T=1
+# the random drafters here have drafts accepted in every row.)
+SAMPLED = sj.SamplingParams(temperature=1.0, top_p=0.9)
+SEEDS = [11, 22, 33]
+SAMPLED_METHODS = ("draft_model", "eagle3")  # a chain with sampled drafts, a dynamic tree
+
 _single: dict = {}
 
 
-def _reference(target, name, drafts):
-    if name not in _single:
+def _reference(target, name, drafts, sampling=None):
+    if (name, sampling) not in _single:
         cfg = method_config(name, drafts)
-        _single[name] = sj.generate(
-            target, PROMPTS, MAX_NEW, stop_token_ids=[], speculative_config=cfg
-        )
-    return _single[name]
+        _single[name, sampling] = sj.generate(
+            target, PROMPTS, MAX_NEW, sampling, [], speculative_config=cfg,
+            seeds=None if sampling is None else SEEDS,
+        )  # fmt: skip
+    return _single[name, sampling]
 
 
 CASES = [
@@ -121,6 +133,22 @@ def test_tokens_equal_single_device(mesh_target, drafts, name, shape):
         assert out.stats[key] == ref.stats[key], key
     if name != "autoregressive":
         assert ref.stats["accepted_tokens"] > 0  # the comparison covers accepted paths
+
+
+@pytest.mark.parametrize(
+    ("name", "shape"),
+    [pytest.param(m, s, id=f"{m}-{s[0]}x{s[1]}", marks=() if s == (2, 4) else pytest.mark.slow)
+     for m in SAMPLED_METHODS for s in MESH_SHAPES],
+)  # fmt: skip
+def test_sampled_tokens_equal_single_device(mesh_target, drafts, name, shape):
+    ref = _reference(mesh_target, name, drafts, SAMPLED)
+    out = sj.generate(mesh_target, PROMPTS, MAX_NEW, SAMPLED, [], seeds=SEEDS,
+                      speculative_config=method_config(name, drafts),
+                      mesh=parallel.make_mesh(*shape))  # fmt: skip
+    assert out.tokens == ref.tokens
+    for key in STAT_KEYS:
+        assert out.stats[key] == ref.stats[key], key
+    assert ref.stats["accepted_tokens"] > 0  # the comparison covers accepted paths
 
 
 def test_forward_logits_within_tolerance(mesh_target, mesh):

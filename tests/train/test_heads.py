@@ -263,3 +263,45 @@ def test_bad_configs_are_refused_by_name(corpus, target_dir, tmp_path, change, m
         th.train_heads(config, tmp_path)
     assert not (tmp_path / th.CHECKPOINTS).exists()
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("kind", ["ce", "tv"])
+def test_cropping_rows_to_the_loss_keeps_the_loss(kind):
+    """Medusa-1 rows shifted left to the first counted label minus K + 1 give the same loss
+    and metrics as the full rows (the prompt's positions are never read), and are narrower;
+    a reach of 2 (enough for head 0 only: the last head reads K + 1 before a label) changes
+    it."""
+    from specjax.train import losses
+
+    rng = np.random.default_rng(3)
+    N, T, D, V, K = 5, 24, 8, 11, 3
+    mask = np.zeros((N, T), np.int8)
+    for i, (a, b) in enumerate([(9, 20), (14, 24), (6, 13), (0, 0), (11, 22)]):
+        mask[i, a:b] = 1  # row 3 counts nothing
+    rows = {
+        "tokens": rng.integers(0, V, (N, T)).astype(np.int32),
+        "mask": mask,
+        "hidden": rng.standard_normal((N, T, D)).astype(np.float32),
+    }
+    heads_w = rng.standard_normal((K, D, V)).astype(np.float32)
+    unembed = rng.standard_normal((D, V)).astype(np.float32)
+
+    def loss(r):
+        head_logits = np.einsum("btd,kdv->btkv", r["hidden"], heads_w)
+        target_logits = r["hidden"] @ unembed if kind != "ce" else None
+        value, metrics = losses.medusa_loss(
+            head_logits, r["tokens"], r["mask"], 0.8, target_logits=target_logits, kind=kind
+        )
+        return float(value), {k: float(v) for k, v in metrics.items()}
+
+    cropped = th.crop_to_loss(rows, reach=K + 1)
+    assert cropped["tokens"].shape[1] == 11 + K + 1 < T  # the longest span (rows 0, 4) + reach
+    assert cropped["hidden"].shape == (N, cropped["tokens"].shape[1], D)
+    assert int(cropped["mask"].sum()) == int(mask.sum())
+    full_loss, full_metrics = loss(rows)
+    crop_loss, crop_metrics = loss(cropped)
+    np.testing.assert_allclose(crop_loss, full_loss, rtol=1e-5)
+    for key, value in full_metrics.items():
+        np.testing.assert_allclose(crop_metrics[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
+    too_short, _ = loss(th.crop_to_loss(rows, reach=2))
+    assert abs(too_short - full_loss) > 1e-3

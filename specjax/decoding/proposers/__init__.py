@@ -1,4 +1,9 @@
-"""Proposers: each method is one small module behind the contract in `base.py`."""
+"""Proposers: each method is one small module behind the contract in `base.py`.
+
+Beside them, what some of them draft with: `tree_drafting.py` (static trees, level by level:
+draft_model, EAGLE), `eagle_tree.py` (EAGLE-2's dynamic tree), `ngram_trie.py` (lookahead's
+candidate trie).
+"""
 
 from specjax.decoding.proposers.base import Context, Draft, Proposer, StepInput
 from specjax.decoding.proposers.draft_model import DraftModelProposer

@@ -15,7 +15,7 @@ head's input) and the residual stream entering each layer in `proposer.tap_layer
 never runs a second target forward to get features. `ctx` (`Context`) is everything a proposer
 may know of the compiled program; `step` (`StepInput`) is the decode state as it may see it.
 
-Block layout of `Draft` (see `specjax/decoding/trees.py`): node 0 is the root (the pending
+Block layout of `Draft` (see `specjax/decoding/topology.py`): node 0 is the root (the pending
 token, filled in by the engine), nodes 1..P the drafts in topological order. A proposer whose
 tree changes per step or per row (EAGLE-2's dynamic tree) returns its topology as data in
 `Draft.topology`; the others leave it None and the plan's static tree is used, as data too.
@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 import jax
 from flax import struct
 
-from specjax.decoding.trees import Topology
+from specjax.decoding.topology import Topology
 from specjax.sampling import SamplingParams
 
 
@@ -56,7 +56,7 @@ class Draft:
     tokens: jax.Array  # [B, P+1] int32
     valid: jax.Array  # [B, P+1] bool: node offered to the verifier
     probs: jax.Array | None = None  # [B, P+1, V] q each node was drawn from (probabilistic)
-    # [B, P+1] parents and depth of this step's tree, per row (trees.Topology); None = the
+    # [B, P+1] parents and depth of this step's tree, per row (topology.Topology); None = the
     # plan's static tree (the engine fills it in as constant data: one code path).
     topology: Topology | None = None
     extra: ExtraNodes | None = None  # non-draft nodes of the same forward (`extra_nodes` E)

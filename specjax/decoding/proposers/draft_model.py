@@ -8,7 +8,8 @@ forward per depth over that depth's nodes, each attending to its ancestors in th
 chain is the tree with one node per depth, so one implementation serves both.
 
 Children of a node are its draft distribution's top-k (ranks 0..k-1, deterministic, for
-greedy / one_hot / strict) or i.i.d. samples from it (probabilistic: the SpecInfer rule).
+greedy / one_hot / strict) or i.i.d. samples from it (probabilistic: the SpecInfer rule); the
+level steps are `tree_drafting.py`'s, shared with EAGLE.
 """
 
 from __future__ import annotations
@@ -21,9 +22,14 @@ import jax.numpy as jnp
 from flax import nnx, struct
 
 from specjax import kernels
-from specjax import sampling as sp
 from specjax.cache import KVCache
-from specjax.decoding.proposers.base import Context, Draft, StepInput
+from specjax.decoding.proposers.base import Context, StepInput
+from specjax.decoding.proposers.tree_drafting import (
+    child_scores,
+    draft_level,
+    empty_draft,
+    level_plan,
+)
 from specjax.decoding.trees import Tree
 from specjax.models import Decoder, Model, as_model, check_same_vocabulary
 
@@ -32,68 +38,6 @@ from specjax.models import Decoder, Model, as_model, check_same_vocabulary
 class DraftModelState:
     cache: KVCache  # the draft's cache; lengths equal the target's committed lengths
     prev: jax.Array  # [B] int32 the token at position L-1 (last committed)
-
-
-def child_scores(logits, sampling, sampled: bool):
-    """What children are drawn from (sampled: processed log-probs) or ranked by (top-k).
-
-    At T=0 the processed law is one-hot: ranks >= 1 would all tie at -inf and fall to the
-    lowest token ids. Top-k children are ranked by the raw logits there (same rank 0).
-    """
-    if sampling.greedy and not sampled:
-        return logits.astype(jnp.float32)  # [..., V]
-    return sp.processed_logprobs(logits, sampling)  # [..., V]
-
-
-def children(q_logp, parent_idx, ranks, key, first_node: int, sampled: bool):
-    """Draft tokens of one tree level from their parents' scores (any proposer that drafts a
-    static tree level by level: draft_model, EAGLE).
-
-    Args:
-      q_logp: [B, n, V] the parent level's scores (`child_scores`): processed draft
-        log-probs, raw logits for top-k children at T=0.
-      parent_idx: static list, for each child node, its parent's index within that level.
-      ranks: static list of each child's sibling rank (top-k children: the rank-th best).
-      key: [B] keys; first_node: the block index of the first child (keys fold in node ids).
-      sampled: children are i.i.d. samples from their parent's law (probabilistic rule).
-    Returns:
-      tokens [B, c] int32, and ok [B, c]: the child's score is finite. When top-k / top-p leave
-      a parent fewer tokens than the tree's width, the extra ranks would be the lowest token ids
-      at -inf; they are not drafts and must not be offered (`valid` in the Draft).
-    """
-    parent = jnp.asarray(parent_idx, jnp.int32)
-    if sampled:
-        nodes = first_node + jnp.arange(len(parent_idx))  # [c]
-
-        def row(k, logp):  # logp [n, V]
-            keys = jax.vmap(lambda n: jax.random.fold_in(k, n))(nodes)  # [c]
-            return jax.vmap(jax.random.categorical)(keys, logp[parent])  # [c]
-
-        tokens = jax.vmap(row)(key, q_logp).astype(jnp.int32)  # [B, c]
-        return tokens, jnp.ones(tokens.shape, bool)  # a sample has positive probability
-    k = max(ranks) + 1
-    score, top = jax.lax.top_k(q_logp, k)  # [B, n, k]; ties keep the lower id first
-    sel = (slice(None), parent, jnp.asarray(ranks))
-    return top[sel].astype(jnp.int32), jnp.isfinite(score[sel])  # [B, c] each
-
-
-def child_valid(valid, ok, parent_idx, parent_start: int):
-    """A child is a draft when its own score is finite and its parent is one (no node is offered
-    under an ancestor that was not). valid: [B, P+1] so far; ok: [B, c] from `children`."""
-    parent = parent_start + jnp.asarray(parent_idx, jnp.int32)
-    return ok & valid[:, parent]
-
-
-def levels(tree: Tree) -> tuple[tuple[int, int], ...]:
-    """(start, end) node-index ranges per depth; the static trees here are breadth-first."""
-    depth = tree.depth.tolist()
-    ranges = []
-    for d in range(tree.max_depth + 1):
-        idx = [j for j, dj in enumerate(depth) if dj == d]
-        if idx != list(range(idx[0], idx[-1] + 1)):
-            raise ValueError(f"draft tree nodes at depth {d} are not contiguous: {idx}")
-        ranges.append((idx[0], idx[-1] + 1))
-    return tuple(ranges)
 
 
 def _as_draft_model(draft) -> Model:
@@ -158,15 +102,10 @@ class DraftModelProposer:
     def _scores(self, logits, sampling):
         return child_scores(logits, sampling, self.sampled)
 
-    def _children(self, q_logp, parent_idx, ranks, key, first_node):
-        return children(q_logp, parent_idx, ranks, key, first_node, self.sampled)
-
     def propose(self, ctx: Context, target, params, step: StepInput, key):
         model = self._model(params)
         ps: DraftModelState = step.pstate
         tree = self.tree
-        parents = tree.parents_array
-        tree_levels = levels(tree)
         P1 = tree.num_nodes
         B = step.root.shape[0]
         L = step.lengths  # [B]
@@ -182,29 +121,19 @@ class DraftModelProposer:
         cache = out.cache.replace(lengths=L)
         level_logp = self._scores(out.logits, sampling)  # [B, 1, V] root's children law
 
-        tokens = jnp.zeros((B, P1), jnp.int32).at[:, 0].set(step.root)  # [B, P+1]
-        probs = jnp.zeros((B, P1, level_logp.shape[-1]), jnp.float32) if self.sampled else None
-        valid = jnp.ones((B, P1), bool)
-        rank = tree.rank.tolist()
-        for d in range(1, len(tree_levels)):
-            ps_, (s, e) = tree_levels[d - 1][0], tree_levels[d]
-            parent_idx = [int(parents[j]) - ps_ for j in range(s, e)]
-            child, ok = self._children(
-                level_logp, parent_idx, [rank[j] for j in range(s, e)], key, s
-            )
-            tokens = tokens.at[:, s:e].set(child)
-            valid = valid.at[:, s:e].set(child_valid(valid, ok, parent_idx, ps_))
-            if self.sampled:
-                probs = probs.at[:, s:e].set(jnp.exp(level_logp)[:, jnp.asarray(parent_idx)])
-            if d == len(tree_levels) - 1:
+        draft = empty_draft(step.root, P1, level_logp.shape[-1], self.sampled)
+        for level in level_plan(tree):
+            draft = draft_level(draft, level_logp, level, key, self.sampled)
+            if level.depth == tree.max_depth:
                 break  # the deepest level's children are never needed
             # Feed level d (nodes s..e-1) at positions L + d, written at slots L + s .. L + e - 1.
+            d, s, e = level.depth, level.start, level.end
             mask = jnp.broadcast_to(anc[s:e], (B, e - s, P1))  # [B, n, P+1]
             pos = clip(jnp.broadcast_to((L + d)[:, None], (B, e - s)))  # [B, n]
-            out = model(tokens[:, s:e], pos, cache, mask, offset=L + s)
+            out = model(draft.tokens[:, s:e], pos, cache, mask, offset=L + s)
             cache = out.cache
             level_logp = self._scores(out.logits, sampling)  # [B, n, V]
-        return Draft(tokens=tokens, valid=valid, probs=probs), DraftModelState(cache, ps.prev)
+        return draft, DraftModelState(cache, ps.prev)
 
     def commit(
         self, ctx: Context, target, params, step: StepInput, pstate, verified, result, n_commit

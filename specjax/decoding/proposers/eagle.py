@@ -11,16 +11,17 @@ entry L-1: the hidden whose logits rank the root's children.
 - **propose**: the block below the root, drafted from the drafter's own outputs. A node at
   depth d is fed as the entry at position L + d - 1 with its parent's hidden, written after the
   committed entries and attending to them and to its ancestors' entries. Static trees (a
-  chain, EAGLE-1's `eagle1_25`, `topk_<d>x<w>`, choices lists) are drafted level by level, as
-  draft_model does; children are the parent's top-k (greedy / one_hot / strict) or i.i.d.
-  samples from its processed law (probabilistic). The dynamic tree (EAGLE-2, Li et al. 2024b;
+  chain, EAGLE-1's `eagle1_25`, `topk_<d>x<w>`, choices lists) are drafted level by level
+  with draft_model's steps (`tree_drafting.py`); children are the parent's top-k (greedy /
+  one_hot / strict) or i.i.d. samples from its processed law (probabilistic). The dynamic
+  tree (EAGLE-2, Li et al. 2024b; `eagle_tree.py`;
   `draft_tree={"dynamic": {"top_k": k, "total_tokens": n}}`): the root's top-k children, then
   per depth one batched drafter call over the k frontier nodes, each giving its top-k children
   scored by cumulative log-probability (`DynamicTree.score_logprobs`: the decode's own law,
   sharpened at T=0), the best k of the k^2 becoming the next frontier; at
   the end the best `total_tokens` candidates over all depths, ordered by (score, depth, index)
   (a child never outscores its parent and ties go to the shallower node, so the kept set is
-  closed under ancestors), handed to the verifier with their parents as data.
+  closed under ancestors), handed to the verifier with their parents as data (`keep_best`).
 - **commit**: the drafter re-runs over the accepted path with the *target's* features (the
   verify forward's, at the path's nodes): entries L..L+a hold x_{L+1}..x_{L+a} and the bonus
   token, so its cache holds exactly what the next draft needs and everything drafted past it
@@ -39,8 +40,14 @@ from flax import nnx, struct
 from specjax import kernels
 from specjax.cache import KVCache
 from specjax.decoding.proposers.base import Context, Draft, StepInput
-from specjax.decoding.proposers.draft_model import child_scores, child_valid, children, levels
-from specjax.decoding.trees import DynamicTree, Tree, keep_best
+from specjax.decoding.proposers.eagle_tree import DynamicTree, keep_best
+from specjax.decoding.proposers.tree_drafting import (
+    child_scores,
+    draft_level,
+    empty_draft,
+    level_plan,
+)
+from specjax.decoding.trees import Tree
 from specjax.heads import check_heads_fit
 from specjax.heads.eagle import EagleHead
 
@@ -138,34 +145,25 @@ class EagleProposer:
     def _propose_static(self, ctx, target, head: EagleHead, step: StepInput, key):
         ps: EagleState = step.pstate
         tree = self.tree
-        parents, rank = tree.parents_array, tree.rank.tolist()
-        tree_levels = levels(tree)
         B, P1 = step.root.shape[0], tree.num_nodes
         L = step.lengths  # [B]
         anc = jnp.asarray(tree.ancestor_mask[:, 1:])  # [P+1, P]: node j's entry at slot L+j-1
         scores = child_scores(head.logits(target, ps.hidden)[:, None], ctx.sampling, self.sampled)
         hidden = ps.hidden[:, None]  # [B, 1, H] the root level's output
         cache = ps.cache
-        tokens = jnp.zeros((B, P1), jnp.int32).at[:, 0].set(step.root)  # [B, P+1]
-        probs = jnp.zeros((B, P1, scores.shape[-1]), jnp.float32) if self.sampled else None
-        valid = jnp.ones((B, P1), bool)
-        for d in range(1, len(tree_levels)):
-            first, (s, e) = tree_levels[d - 1][0], tree_levels[d]
-            parent_idx = [int(parents[j]) - first for j in range(s, e)]
-            child, ok = children(scores, parent_idx, [rank[j] for j in range(s, e)], key, s,
-                                 self.sampled)  # fmt: skip
-            tokens = tokens.at[:, s:e].set(child)
-            valid = valid.at[:, s:e].set(child_valid(valid, ok, parent_idx, first))
-            if self.sampled:
-                probs = probs.at[:, s:e].set(jnp.exp(scores)[:, jnp.asarray(parent_idx)])
-            if d == len(tree_levels) - 1:
+        draft = empty_draft(step.root, P1, scores.shape[-1], self.sampled)
+        for level in level_plan(tree):
+            draft = draft_level(draft, scores, level, key, self.sampled)
+            if level.depth == tree.max_depth:
                 break  # the deepest level's children are never needed
-            feature = hidden[:, jnp.asarray(parent_idx)]  # [B, n, H] each parent's output
+            d, s, e = level.depth, level.start, level.end
+            feature = hidden[:, jnp.asarray(level.parent_idx)]  # [B, n, H] each parent's output
             mask = jnp.broadcast_to(anc[s:e], (B, e - s, P1 - 1))  # [B, n, P]
             pos = self._clip(ctx, jnp.broadcast_to((L + d - 1)[:, None], (B, e - s)))
-            hidden, logits, cache = head(target, child, feature, pos, cache, mask, offset=L + s - 1)
+            hidden, logits, cache = head(
+                target, draft.tokens[:, s:e], feature, pos, cache, mask, offset=L + s - 1
+            )
             scores = child_scores(logits, ctx.sampling, self.sampled)  # [B, n, V]
-        draft = Draft(tokens=tokens, valid=valid, probs=probs)
         return draft, ps.replace(cache=cache)
 
     def _propose_dynamic(self, ctx, target, head: EagleHead, step: StepInput):

@@ -6,7 +6,7 @@ target forward holds, after the pending root:
 
 - **the verification branch**: the block's P = G * n draft nodes, up to G candidate n-token
   continuations of the root taken from the n-gram pool (keyed by the root), as a trie built
-  on device (`trees.ngram_trie`: shared prefixes share nodes, duplicates are not offered);
+  on device (`ngram_trie.py`: shared prefixes share nodes, duplicates are not offered);
   verified like any tree (greedy longest prefix at T=0, the one-hot multi-candidate rule at
   T>0: lossless);
 - **the lookahead branch**: E = n * W extra nodes (`ExtraNodes`), an n x W window of guessed
@@ -40,7 +40,7 @@ import numpy as np
 from flax import struct
 
 from specjax.decoding.proposers.base import Context, Draft, ExtraNodes, StepInput
-from specjax.decoding.trees import NgramTrie, ngram_trie
+from specjax.decoding.proposers.ngram_trie import NgramTrie, ngram_trie
 
 MAX_POOL_BUCKETS = 8192
 
