@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import tempfile
-import time
 from pathlib import Path
+
+from smollm2_decode import timed_generate
 
 import specjax as sj
 from specjax.bench import default_config as bench_config
@@ -74,19 +74,6 @@ for mode in ("ar", "lookup"):
     del llm
 print(json.dumps(out))
 """
-
-
-def timed(model, prompt, new, config, repeats):
-    run = lambda: sj.generate(  # noqa: E731
-        model, [prompt], new, stop_token_ids=[], speculative_config=config
-    )
-    out = run()  # warm-up (compile)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = run()
-        times.append(time.perf_counter() - start)
-    return out, statistics.median(times)
 
 
 def methods(args) -> dict:
@@ -147,10 +134,10 @@ def main():
               "model": str(f32.name), "new": args.new, "cells": []}  # fmt: skip
     rows = []
     for category, ids in prompts.items():
-        ar, t_ar = timed(model, ids, args.new, None, args.repeats)
+        ar, t_ar = timed_generate(model, [ids], args.new, None, args.repeats)
         cell = {"category": category, "specjax_ar_tok_s": args.new / t_ar}
         for name, config in configs.items():
-            out, t = timed(model, ids, args.new, config, args.repeats)
+            out, t = timed_generate(model, [ids], args.new, config, args.repeats)
             cell[f"specjax_{name}_tok_s"] = args.new / t
             cell[f"specjax_{name}_tau"] = out.stats["mean_accepted_length"]
             cell[f"specjax_{name}_same_tokens"] = out.tokens == ar.tokens
