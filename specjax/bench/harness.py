@@ -11,6 +11,10 @@ categories ("overall"); then the tau-vs-N sweep of draft_model at batch 1 (T=0 u
 `tau_vs_n_temperature` says otherwise; the N the grid already ran is reused). Every call generates exactly
 `max_new_tokens` per row (no stop ids), so all methods do the same work. Writes `results.json`, `report.md` and `plots/*.png` in workdir.
 
+Every finished cell (and the tau-vs-N sweep) is written to `<workdir>/cells.partial.json` as it
+finishes; running the same benchmark again (same config, models and machine) measures only
+the cells still missing (`specjax.bench.resume`).
+
 The draft's vocabulary is checked against the target's once, here; the timed calls get the
 draft without its tokenizer so that `generate` does not repeat that host-side check (a
 per-request validation a server does once) inside every timed call.
@@ -25,11 +29,12 @@ import sys
 from pathlib import Path
 
 import jax
+from flax import nnx
 from tqdm.auto import tqdm
 
 from specjax import parallel
 from specjax.bench import methods as mt
-from specjax.bench import plots, report, timing
+from specjax.bench import plots, report, resume, timing
 from specjax.bench.verify_cost import measure_verify_cost
 from specjax.bench.workload import check_inputs, prompts_by_category, resolve_models
 from specjax.speedup import alpha_from_acceptance
@@ -168,6 +173,14 @@ def _describe_heads(heads) -> str:
     )
 
 
+def _digests(target, draft, drafts) -> dict:
+    """{name: digest of its weights} of every model the bench runs (what a resumed cell must
+    have been measured with)."""
+    models = {"target": target.module, "draft": draft.module if draft else None,
+              **{f"heads.{slot}": h for slot, h in drafts.heads}}  # fmt: skip
+    return {k: resume.params_digest(nnx.state(m)) for k, m in models.items() if m is not None}
+
+
 def _verify_curves(cfg, target) -> list[dict]:
     """The target's verify-cost curve at every batch size of the grid (`cfg.verify_blocks`;
     empty: not measured)."""
@@ -214,22 +227,34 @@ def run_bench(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
     runner = timing.Runner(target, int(cfg.max_new_tokens), int(cfg.seed))
     sweep = list(cfg.tau_vs_n) if draft is not None else []
     cells = [(int(b), float(t)) for b in cfg.batch_sizes for t in cfg.temperatures]
+    store = resume.CellStore(
+        workdir,
+        resume.fingerprint(cfg.to_dict(), _digests(target, draft, drafts), machine),
+        write=jax.process_index() == 0,
+    )
     runs = []
     # One round-robin per (batch size, temperature): every method against one baseline.
     with tqdm(total=len(cells) + bool(sweep), desc="bench", unit="cell") as progress:
         for batch_size, temperature in cells:
-            progress.set_postfix_str(f"b={batch_size} T={temperature}: {', '.join(cfg.methods)}")
-            specs = {name: mt.speculative_config(name, cfg, drafts) for name in cfg.methods}
-            workloads = {c: timing.make_batches(p, batch_size) for c, p in prompts.items()}
-            many = runner.compare_many(workloads, temperature, specs, int(cfg.repeats))
-            for name in cfg.methods:
-                runs += _cell_rows(name, batch_size, temperature, many[name])
+            name = f"b={batch_size} T={temperature}"
+            if (rows := store.get(name)) is None:
+                progress.set_postfix_str(f"{name}: {', '.join(cfg.methods)}")
+                specs = {m: mt.speculative_config(m, cfg, drafts) for m in cfg.methods}
+                workloads = {c: timing.make_batches(p, batch_size) for c, p in prompts.items()}
+                many = runner.compare_many(workloads, temperature, specs, int(cfg.repeats))
+                rows = [
+                    r for m in cfg.methods for r in _cell_rows(m, batch_size, temperature, many[m])
+                ]
+                store.put(name, rows)
+            runs += rows
             progress.update()
         tau_vs_n = []
         if sweep:
-            progress.set_postfix_str("tau vs N")
-            singles = {c: timing.make_batches(p, 1) for c, p in prompts.items()}
-            tau_vs_n = _tau_vs_n(cfg, runner, singles, drafts, runs)
+            if (tau_vs_n := store.get("tau_vs_n")) is None:
+                progress.set_postfix_str("tau vs N")
+                singles = {c: timing.make_batches(p, 1) for c, p in prompts.items()}
+                tau_vs_n = _tau_vs_n(cfg, runner, singles, drafts, runs)
+                store.put("tau_vs_n", tau_vs_n)
             progress.update()
     verify = _verify_curves(cfg, target)
     results = {
@@ -250,6 +275,7 @@ def run_bench(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
         (workdir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
         plot_files = plots.make_plots(results, workdir / "plots")
         report.write_report(results, workdir / "report.md", plot_files)
+        store.finish()
         log.info("benchmark written to %s", workdir)
     parallel.barrier(f"bench {workdir}")  # every process returns once they exist
     return results

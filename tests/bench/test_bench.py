@@ -309,3 +309,45 @@ def test_every_prompt_bucket_is_compiled_in_the_warm_up(pair):
     spec = {"method": "ngram", "num_speculative_tokens": N}
     measured = runner.compare_many(workloads, 0.0, {"ngram": spec}, 1)
     assert measured["ngram"]["retraced"] == 0
+
+
+def test_a_crashed_bench_resumes_from_its_finished_cells(pair, tmp_path, monkeypatch):
+    """Cells are written as they finish; a re-run measures only the missing ones, and a
+    changed config is measured afresh."""
+    target, _ = pair
+    cfg = tiny_config(["ngram"])
+    cfg.temperatures = (0.0, 1.0)
+    cfg.tau_vs_n = ()
+    cfg.verify_blocks = ()
+    real = timing.Runner.compare_many
+    calls = []
+
+    def counting(self, workloads, temperature, specs, repeats):
+        calls.append(temperature)
+        if crash and len(calls) == 2:
+            raise RuntimeError("simulated crash in the second cell")
+        return real(self, workloads, temperature, specs, repeats)
+
+    monkeypatch.setattr(timing.Runner, "compare_many", counting)
+    crash = True
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_bench(cfg, tmp_path, target=target)
+    partial = json.loads((tmp_path / "cells.partial.json").read_text())
+    assert list(partial["cells"]) == ["b=1 T=0.0"] and not (tmp_path / "results.json").exists()
+    first = partial["cells"]["b=1 T=0.0"]
+
+    crash, calls[:] = False, []
+    results = run_bench(cfg, tmp_path, target=target)
+    assert calls == [1.0]  # only the cell the crash lost
+    assert results["runs"][: len(first)] == first  # the finished cell, as it was measured
+    assert {r["temperature"] for r in results["runs"]} == {0.0, 1.0}
+    assert (tmp_path / "results.json").exists() and not (tmp_path / "cells.partial.json").exists()
+
+    # A partial file from another config is not resumed from.
+    crash, calls[:] = True, []
+    with pytest.raises(RuntimeError):
+        run_bench(cfg, tmp_path, target=target)
+    crash, calls[:] = False, []
+    cfg.max_new_tokens = 12
+    run_bench(cfg, tmp_path, target=target)
+    assert calls == [0.0, 1.0]
