@@ -46,8 +46,8 @@ import numpy as np
 from flax import nnx
 
 import specjax as sj
-from specjax.bench import DEFAULT_DYNAMIC_TREE, DEFAULT_EAGLE_TREE, DEFAULT_MEDUSA_TREE
 from specjax.bench import methods as bench_methods
+from specjax.bench.methods import DEFAULT_DYNAMIC_TREE, DEFAULT_EAGLE_TREE, DEFAULT_MEDUSA_TREE
 from specjax.bench.pairs import truncated_draft
 from specjax.bench.timing import Runner, machine_info, make_batches
 from specjax.decoding.spec_config import lookahead_defaults

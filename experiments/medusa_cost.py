@@ -33,11 +33,11 @@ import jax
 import jax.numpy as jnp
 
 import specjax as sj
+from specjax import data
 from specjax.bench.markdown import table
 from specjax.bench.timing import pool_stats
 from specjax.decoding import trees
 from specjax.picker import measure_head_cost
-from specjax.train import data
 
 TREES = ("medusa_k4_8", "medusa_k4_16", "medusa_k4_32", "mc_sim_7b_63")
 

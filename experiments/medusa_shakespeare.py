@@ -73,13 +73,14 @@ import optax
 from flax import nnx
 
 import specjax as sj
+from specjax import data
 from specjax.bench import plotstyle
 from specjax.bench.markdown import table
 from specjax.bench.pairs import truncated_draft
 from specjax.bench.timing import Runner, machine_info, make_batches, pool_stats
 from specjax.cache import KVCache
 from specjax.decoding import trees
-from specjax.train import data, heads, lm
+from specjax.train import heads, lm
 
 log = logging.getLogger("medusa_shakespeare")
 

@@ -88,8 +88,8 @@ def prepare():
     import transformers
 
     import specjax as sj
+    from specjax.data import load_text_dataset
     from specjax.io.tokenizer import train_bpe
-    from specjax.train.data import load_text_dataset
 
     jax.config.update("jax_default_matmul_precision", "highest")
     ROOT.mkdir(parents=True, exist_ok=True)

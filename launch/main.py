@@ -118,7 +118,7 @@ TASKS = {
     "train_eagle": "specjax.train.eagle:train_eagle",
     "bench": "specjax.bench.harness:run_bench",
     "pick": "specjax.picker:pick",
-    "quickstart": "specjax.train.quickstart:quickstart",
+    "quickstart": "specjax.pipelines.quickstart:quickstart",
 }
 # The part of the config each task function takes (None: the whole config).
 TASK_CONFIG = {

@@ -48,14 +48,8 @@ import ml_collections
 from flax import nnx
 
 from specjax import parallel
-from specjax.bench import (
-    DEFAULT_EAGLE_TREE,
-    DEFAULT_MEDUSA_TREE,
-    dynamic_tree_config,
-    lookahead_config,
-    timing,
-)
 from specjax.bench import methods as mt
+from specjax.bench import timing
 from specjax.bench.markdown import table
 from specjax.bench.verify_cost import cost_at, measure_verify_cost
 from specjax.bench.workload import check_inputs, prompts_by_category, resolve_models
@@ -80,9 +74,10 @@ def default_config() -> ml_collections.ConfigDict:
 
     Returns:
       ConfigDict: target / draft paths, heads (heads.medusa / eagle / eagle3: a heads or
-      drafter directory), methods,
-      the method knobs (the N each method's alpha is measured at: num_speculative_tokens,
-      draft_tree.depth; medusa_tree), n_max, temperature, the
+      drafter directory), methods and the method knobs, the benchmark's
+      (`bench.methods.method_knobs`: the N each method's alpha is measured at is its
+      num_speculative_tokens, draft_tree.depth, ...), n_max, max_draft_nodes, temperature,
+      verify_cost / verify_blocks, the
       workload (num_prompts per category, prompt_tokens, max_new_tokens, prompts_file, data),
       cost_tokens (generation length for timing c),
       measure / measure_top / repeats (predicted next to measured) and seed.
@@ -90,16 +85,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg = ml_collections.ConfigDict()
     cfg.target = ""
     cfg.draft = ""
-    cfg.heads = ml_collections.ConfigDict(dict(medusa="", eagle="", eagle3=""))
-    cfg.methods = ("draft_model", "draft_tree", "ngram")
-    cfg.num_speculative_tokens = 4
-    cfg.draft_tree = ml_collections.ConfigDict(dict(depth=3, width=2))
-    cfg.prompt_lookup_min = 1
-    cfg.prompt_lookup_max = 3
-    cfg.medusa_tree = DEFAULT_MEDUSA_TREE
-    cfg.eagle_tree = DEFAULT_EAGLE_TREE
-    cfg.dynamic_tree = dynamic_tree_config()
-    cfg.lookahead = lookahead_config()
+    cfg.update(mt.method_knobs())  # the benchmark's methods and knobs, one definition
     cfg.n_max = 8
     cfg.max_draft_nodes = 64  # trees: depths whose node count exceeds this are not considered
     cfg.temperature = 0.0

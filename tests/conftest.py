@@ -51,9 +51,9 @@ def tiny_bench_pair():
 
     One session-wide pair, so the bench and picker tests share compiled programs.
     """
+    from specjax import data
     from specjax.bench.pairs import truncated_draft
     from specjax.io.tokenizer import train_bpe
-    from specjax.train import data
 
     texts = data.load_text_dataset("embedded", max_documents=40, max_chars=20_000)["text"]
     tok = train_bpe(texts, vocab_size=320)

@@ -6,7 +6,7 @@ built from the same seed in each: two of them, one CPU device each, join one JAX
 mesh whose data axis spans both processes; the third runs it alone on one device (the
 reference). The computation: two LM training steps the way `specjax.train.lm` takes them
 (parameters and AdamW state placed by the rules, each process reading only its own rows of
-each batch through `data.batches(local=...)` and `jax.make_array_from_process_local_data`),
+each batch through `batching.batches(local=...)` and `jax.make_array_from_process_local_data`),
 an eval loss on a batch that does not divide over the processes (replicated), the state
 gathered for export, and `sj.generate` at T=0, autoregressive and ngram.
 
@@ -46,7 +46,7 @@ import specjax as sj
 from configs import train_eagle, train_medusa
 from configs import train_lm as train_lm_configs
 from specjax import parallel
-from specjax.train import data, eagle, heads, lm, loop
+from specjax.train import batching, eagle, heads, lm, loop
 
 try:  # the jaxlib build: CPU collectives (gloo) are compiled in or not
     from jax._src.lib import _jax as _xla
@@ -91,7 +91,7 @@ def compute(mesh) -> dict:
     rows = np.random.default_rng(0).integers(0, V, (4 * B, T + 1), dtype=np.int32)
     local = loop.local_rows(layout, B)
     out["local_rows"] = np.asarray(local.indices(B)[:2])
-    stream = loop.sharded_stream(data.batches(rows, B, seed=0, local=local), layout)
+    stream = loop.sharded_stream(batching.batches(rows, B, seed=0, local=local), layout)
     step = lm.make_train_step(graphdef, layout=layout, shardings=shardings)
     losses = []
     for name in ("step1", "step2"):

@@ -8,6 +8,8 @@ import pytest
 
 import specjax as sj
 from specjax import picker
+from specjax.bench import default_config as bench_config
+from specjax.bench import methods as mt
 from specjax.bench.verify_cost import cost_at
 from specjax.speedup import expected_speedup
 
@@ -27,6 +29,20 @@ def test_predictions_cap_tree_size():
     tree = picker._predictions(cfg, "draft_tree", 0.5, 0.1)
     # 2, 6, 14, 30, 62 nodes; depth 6 would verify 126 > 64.
     assert [p["draft_nodes"] for p in tree] == [2, 6, 14, 30, 62]
+
+
+def test_picker_and_bench_read_one_set_of_method_knobs(monkeypatch):
+    knobs = mt.method_knobs().to_dict()
+    assert set(knobs["heads"]) == {"medusa", "eagle", "eagle3"}  # the registry's head slots
+    assert knobs["lookahead"]["candidate_length"] == mt.lookahead_defaults()[1] - 1
+    for cfg in (picker.default_config(), bench_config()):
+        assert {k: cfg.to_dict()[k] for k in knobs} == knobs
+        cfg.dynamic_tree.score_temperature = 0.5  # a float placeholder, None by default
+    # one definition: a default changed in the registry shows in both configs
+    monkeypatch.setattr(mt, "DEFAULT_MEDUSA_TREE", "medusa_k4_16")
+    monkeypatch.setattr(mt, "DEFAULT_DYNAMIC_TREE", {"depth": 3, "top_k": 2, "total_tokens": 6})
+    for cfg in (picker.default_config(), bench_config()):
+        assert cfg.medusa_tree == "medusa_k4_16" and cfg.dynamic_tree.depth == 3
 
 
 # ---------------------------------------------------------------------------- end to end

@@ -23,8 +23,25 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from specjax.decoding import trees
+from specjax.decoding.spec_config import lookahead_defaults
+
+# ml_collections is imported inside `method_knobs` and `with_depth`, not here: the registry
+# and the timing helpers run where only jax, flax, optax and orbax are installed
+# (experiments/device_check.py on a bare accelerator machine).
+if TYPE_CHECKING:
+    import ml_collections
+
+# Medusa's default sparse tree in benchmarks and the quickstart (specjax.decoding.trees).
+DEFAULT_MEDUSA_TREE = "medusa_k4_8"  # chosen by measurement: BENCHMARKS.md "Medusa"
+# EAGLE-1's static tree (the reference's default, cut to num_speculative_tokens) and the
+# dynamic tree's sizes for EAGLE-2/3 on this CPU (its depth is num_speculative_tokens).
+DEFAULT_EAGLE_TREE = "eagle1_25"
+# The dynamic tree has its own depth (the N of the eagle2 / eagle3 rows): its best budget is
+# deeper than the grid's N. Chosen by measurement (LOG 2026-12-01, "scored by the law").
+DEFAULT_DYNAMIC_TREE = {"depth": 5, "top_k": 4, "total_tokens": 16}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +154,7 @@ def with_depth(cfg, name: str, n: int):
     key = get_method(name).depth_key
     if key is None:
         raise ValueError(f"benchmark method {name!r} has no draft depth to vary")
-    import ml_collections  # here: experiments/device_check.py uses the registry without it
+    import ml_collections  # not at the top: see the note there
 
     cfg = ml_collections.ConfigDict(cfg).copy_and_resolve_references()
     *parents, leaf = key.split(".")
@@ -337,3 +354,43 @@ def _eagle1(cfg, drafts):
 for _name, _slot in (("eagle2", "eagle"), ("eagle3", "eagle3")):
     register_method(_name, needs_heads=_slot, depth_key="dynamic_tree.depth",
                     nodes=_dynamic_nodes)(_eagle_dynamic(_slot))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- knobs
+
+
+def method_knobs() -> ml_collections.ConfigDict:
+    """The methods and their knobs with their defaults: what the benchmark and the picker
+    share (`specjax.bench.default_config`, `specjax.picker.default_config` add their own).
+
+    Returns:
+      A ConfigDict: heads (one slot per head family the registered methods draft with:
+      heads.medusa / heads.eagle / heads.eagle3 = a heads directory or head-training workdir,
+      "" = unset), methods (names registered here), num_speculative_tokens, draft_tree
+      (depth, width), prompt_lookup_min / prompt_lookup_max, medusa_tree (a named tree cut to
+      num_speculative_tokens heads, "" = a chain), eagle_tree (EAGLE-1's static tree, cut
+      likewise), dynamic_tree (EAGLE-2/3's depth, top_k, total_tokens and score_temperature:
+      a float placeholder, None = the decode's own law, sharpened at T=0; see
+      `eagle_tree.DynamicTree`) and lookahead (window W, candidate_length = ngram_size - 1,
+      the N of its rows, max_candidates G, seed_pool_from_prompt: this machine's defaults,
+      `spec_config.lookahead_defaults`).
+    """
+    import ml_collections  # not at the top: see the note there
+
+    cfg = ml_collections.ConfigDict()
+    slots = dict.fromkeys(m.needs_heads for m in _REGISTRY.values() if m.needs_heads)
+    cfg.heads = ml_collections.ConfigDict(dict.fromkeys(slots, ""))
+    cfg.methods = ("draft_model", "draft_tree", "ngram")
+    cfg.num_speculative_tokens = 4
+    cfg.draft_tree = ml_collections.ConfigDict(dict(depth=3, width=2))
+    cfg.prompt_lookup_min = 1
+    cfg.prompt_lookup_max = 3
+    cfg.medusa_tree = DEFAULT_MEDUSA_TREE
+    cfg.eagle_tree = DEFAULT_EAGLE_TREE
+    cfg.dynamic_tree = ml_collections.ConfigDict(DEFAULT_DYNAMIC_TREE)
+    cfg.dynamic_tree.score_temperature = ml_collections.config_dict.placeholder(float)
+    W, N, G = lookahead_defaults()
+    cfg.lookahead = ml_collections.ConfigDict(
+        dict(window=W, candidate_length=N - 1, max_candidates=G, seed_pool_from_prompt=True)
+    )
+    return cfg

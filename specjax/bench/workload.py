@@ -7,13 +7,13 @@ both take a config with `target` / `draft` paths and the workload keys (`data`,
 
 from __future__ import annotations
 
+from specjax import data
 from specjax.bench import spec_bench
 from specjax.bench.methods import Drafts, check_methods
 from specjax.heads import check_heads_fit
 from specjax.io.drafts import load_draft
 from specjax.io.hf import load_model
 from specjax.models import Model, as_model, check_same_vocabulary
-from specjax.train import data
 
 
 def _head_slots(cfg, heads) -> dict:

@@ -68,7 +68,7 @@ from specjax.cache import KVCache
 from specjax.heads.eagle import EagleHead, default_tap_layers, draft_vocabulary
 from specjax.io.drafts import HEADS_DIR
 from specjax.models import Model
-from specjax.train import data, distill, loop, losses, trainer
+from specjax.train import batching, distill, loop, losses, trainer
 from specjax.train import heads as th
 
 log = logging.getLogger(__name__)
@@ -426,7 +426,7 @@ def train_eagle(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
         attach_features(config, target, {"train": train_rows, "eval": eval_rows}, workdir, mesh)
     graphdef, state, schedule = make_state(config, target, counts)
     state, shardings = loop.place_state(state, layout)
-    log.info("%s drafter: %d rows of %d tokens (%s)", config.method, data.num_rows(train_rows),
+    log.info("%s drafter: %d rows of %d tokens (%s)", config.method, batching.num_rows(train_rows),
              train_rows["tokens"].shape[1], config.data.kind)  # fmt: skip
 
     # Restore, loop, eval, export, results.json.
@@ -457,7 +457,7 @@ def _summary(config, head: EagleHead, final: dict, train_rows: dict) -> dict:
         "tap_layers": list(c.tap_layers),
         "draft_vocab_size": c.draft_vocab_size,
         "num_params": c.num_params(),
-        "train_rows": data.num_rows(train_rows),
+        "train_rows": batching.num_rows(train_rows),
         "data_kind": config.data.kind,
     }
     if config.method == "eagle3":

@@ -41,14 +41,14 @@ import numpy as np
 import optax
 from flax import nnx
 
-from specjax import parallel
+from specjax import data, parallel
 from specjax import sampling as sp
 from specjax.cache import KVCache
 from specjax.heads import MedusaHeads
 from specjax.io.drafts import HEADS_DIR, save_draft
 from specjax.io.hf import load_model, save_hf
 from specjax.models import Model, as_model
-from specjax.train import data, distill, loop, losses, trainer
+from specjax.train import batching, distill, loop, losses, trainer
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,8 @@ def prepare_rows(config, target: Model, workdir: Path, mesh=None) -> tuple[dict,
     if d.kind == "corpus":
         rows = []
         for split in (train_ds, eval_ds):
-            packed = data.pack(data.tokenize(split["text"], tok), d.seq_len, tok.eos_token_id)
+            ids = batching.tokenize(split["text"], tok)
+            packed = batching.pack(ids, d.seq_len, tok.eos_token_id)
             rows.append({"tokens": packed, "mask": np.ones(packed.shape, np.int8)})
         return rows[0], rows[1]
     temperatures = tuple(d.get("temperatures") or ()) or (float(d.temperature),)
@@ -459,7 +460,7 @@ def make_steps(config, graphdef, target: Model, start: int = 0, layout=None, sha
 def evaluate(eval_step, state, rows: dict, batch_size: int, num_batches: int) -> dict:
     """Means over the first `num_batches` batches of the eval rows: eval/loss and, per head,
     eval/head_<k>/{ce, top1, top5} (top-k accuracy of the token at t + k + 2)."""
-    n = data.num_rows(rows)
+    n = batching.num_rows(rows)
     batch_size = min(batch_size, n)
     count = max(1, min(num_batches, n // batch_size))
     results = []
@@ -501,7 +502,7 @@ def train_heads(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
         attach_features(config, target, {"train": train_rows, "eval": eval_rows}, workdir, mesh)
     graphdef, state, schedule = make_state(config, target)
     state, shardings = loop.place_state(state, layout)
-    log.info("%s heads: %d rows of %d tokens (%s)", config.method, data.num_rows(train_rows),
+    log.info("%s heads: %d rows of %d tokens (%s)", config.method, batching.num_rows(train_rows),
              train_rows["tokens"].shape[1], config.data.kind)  # fmt: skip
 
     # Restore, loop, eval, export, results.json.
@@ -541,7 +542,7 @@ def _summary(config, trainable, final: dict, train_rows: dict) -> dict:
             for k in range(K)
         ],
         "num_params": heads.config.num_params(),
-        "train_rows": data.num_rows(train_rows),
+        "train_rows": batching.num_rows(train_rows),
         "data_kind": config.data.kind,
     }
     if isinstance(trainable, Joint):

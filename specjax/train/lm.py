@@ -16,7 +16,7 @@ checkpoints), final eval and save, export, results.json. A workdir holds:
     results.json         {"task": "train_lm", "runs": [summary]}
 
 Steps count optimizer updates: step s is the state after s updates, trained on the batches
-`data.batches` yields for indices 0..s-1.
+`batching.batches` yields for indices 0..s-1.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ import numpy as np
 import optax
 from flax import nnx
 
-from specjax import parallel
+from specjax import data, parallel
 from specjax.cache import KVCache
 from specjax.io.hf import save_hf
 from specjax.io.tokenizer import Tokenizer, train_bpe
 from specjax.models import Decoder, Model, ModelConfig
-from specjax.train import data, loop, trainer
+from specjax.train import batching, loop, trainer
 
 log = logging.getLogger(__name__)
 
@@ -133,9 +133,9 @@ def prepare_data(config: ml_collections.ConfigDict, workdir: Path):
     train_ds, eval_ds = data.split_dataset(ds, d.eval_fraction, d.seed)
     tokenizer = load_tokenizer(config, train_ds["text"], workdir)
     seq_len, eos = config.train.seq_len, tokenizer.eos_token_id
-    train_rows = data.pack(data.tokenize(train_ds["text"], tokenizer), seq_len, eos)
+    train_rows = batching.pack(batching.tokenize(train_ds["text"], tokenizer), seq_len, eos)
     try:
-        eval_rows = data.pack(data.tokenize(eval_ds["text"], tokenizer), seq_len, eos)
+        eval_rows = batching.pack(batching.tokenize(eval_ds["text"], tokenizer), seq_len, eos)
     except ValueError as e:
         raise ValueError(
             f"the eval split ({len(eval_ds)} documents) is too small for seq_len={seq_len}: "
@@ -244,7 +244,7 @@ def train_lm(config: ml_collections.ConfigDict, workdir) -> dict:
       2. Model and optimizer are built from `config.seed` as on a fresh run, then replaced by
          the latest committed checkpoint in `<workdir>/checkpoints` (parameters, AdamW moments
          and step count, hence the learning-rate schedule). Interrupted saves are ignored.
-      3. Data resumes at batch index `step` (`data.batches(..., start_step=step)`).
+      3. Data resumes at batch index `step` (`batching.batches(..., start_step=step)`).
       4. `metrics.jsonl` drops its records after `step`; the redone steps are logged again.
 
     Args:

@@ -39,7 +39,7 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from specjax import parallel
-from specjax.train import checkpoint, data
+from specjax.train import batching, checkpoint
 from specjax.train.metrics import MetricWriter
 
 
@@ -376,7 +376,7 @@ def run_on_rows(
     desc: str, tokens_per_step: int, layout: parallel.Layout | None = None,
 ):  # fmt: skip
     """`run` over shuffled batches of `train_rows` (LM rows [N, T + 1], or the head trainers'
-    {"tokens" [N, T], ...}: `data.batches`), with a MetricWriter in `workdir` that resumes at
+    {"tokens" [N, T], ...}: `batching.batches`), with a MetricWriter in `workdir` that resumes at
     `start`; under `layout` each process reads its rows of every batch, made a global batch
     over `data`.
 
@@ -385,7 +385,7 @@ def run_on_rows(
     """
     train = config.train
     writer = MetricWriter(workdir, resume_step=start)
-    stream = data.batches(train_rows, train.batch_size, config.seed, start_step=start,
+    stream = batching.batches(train_rows, train.batch_size, config.seed, start_step=start,
                           local=local_rows(layout, train.batch_size))  # fmt: skip
     stream = sharded_stream(stream, layout)
     begin = time.perf_counter()

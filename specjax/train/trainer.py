@@ -56,7 +56,7 @@ class Pieces:
       task: the trainer's name in the summary and results.json ("train_lm", ...).
       graphdef: of `nnx.split((model, optimizer))`, the state `fit` trains.
       schedule: step -> learning rate (`loop.make_optimizer`), logged.
-      train_rows, eval_rows: what `data.batches` and `evaluate` read.
+      train_rows, eval_rows: what `batching.batches` and `evaluate` read.
       make_steps: start -> (train_step, eval_step), jitted; `start` is the restored step.
       evaluate: (eval_step, state, eval_rows, batch_size, num_batches) -> {"eval/<name>": v},
         with at least "eval/loss".

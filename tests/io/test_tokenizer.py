@@ -5,8 +5,8 @@ import json
 import pytest
 from tokenizers.decoders import DecodeStream
 
+from specjax.data import load_text_dataset
 from specjax.io.tokenizer import EOS_TOKEN, Tokenizer, train_bpe
-from specjax.train.data import load_text_dataset
 
 UNICODE = "naïve café — 日本語 🙂"
 SAMPLES = [

@@ -9,7 +9,7 @@ from ml_collections import config_flags
 
 from launch.main import TASKS, dispatch
 from launch.sweep import apply_overrides, load_sweep, point_name
-from specjax.train.quickstart import quickstart
+from specjax.pipelines.quickstart import quickstart
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,8 +7,8 @@ import pytest
 import specjax as sj
 from configs.ablations import num_speculative_tokens
 from launch.sweep import _x_axis, point_name, run_sweep, write_plot
+from specjax import data
 from specjax.io.tokenizer import train_bpe
-from specjax.train import data
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,11 @@
         -> benchmark of every method against autoregressive -> report
 
     python -m launch.main --config=configs/quickstart.py --workdir=workdirs/quickstart
+    python -m launch.main --config=configs/smollm2.py --workdir=workdirs/smollm2  # a real target
+
+The real-model pipeline is this one with `target_path` set (a GGUF or HF directory: no target
+is trained), `draft_enabled=False` and heads trained on the target's answers to instruction
+prompts (`specjax.data.instruction_prompts`).
 
 Workdir layout: `target/` and `draft/` are `train_lm` workdirs (each exports `hf/`, so
 `sj.load_model(<workdir>/target)` works), `medusa/` and `eagle3/` head-training workdirs
