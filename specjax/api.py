@@ -1,14 +1,15 @@
 """The public entry points: paths are resolved here, once, and nowhere below.
 
 `specjax.generate` / `specjax.generate_stream` take a model or a checkpoint directory, and a
-`speculative_config` whose `model` may be a checkpoint directory too (a draft LM for
-`draft_model`, draft heads for `medusa`, `eagle` and `eagle3`). They validate the config, load what is named by
-path, and hand loaded objects to the engine (`specjax.decoding.engine`), which never reads a
-file.
+`speculative_config` whose `model` may be a checkpoint directory too: a draft LM or draft
+heads, as the method's declaration says (`Capabilities.model`). The config is parsed once,
+into a `spec_config.Speculative`, before any file is read; what it names by path is loaded,
+and the engine (`specjax.decoding.engine`), which never reads a file, takes it as is.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from specjax import parallel
@@ -17,8 +18,11 @@ from specjax.io.drafts import load_draft
 from specjax.io.hf import load_model
 from specjax.models import as_model
 
-# Methods whose `model` is a draft LM, and those whose `model` is a set of draft heads.
-_DRAFT_LM_METHODS = ("draft_model",)
+# How a draft named by path is read, by what the method's `model` holds.
+_LOADERS = {
+    "draft_lm": lambda path, target, mesh: load_model(path, mesh=mesh),
+    "heads": lambda path, target, mesh: load_draft(path, target=target),
+}
 
 
 def _is_path(x) -> bool:
@@ -26,20 +30,19 @@ def _is_path(x) -> bool:
 
 
 def _resolve(model, speculative_config, sampling, mesh=None):
-    """(target Model, speculative_config with its `model` loaded)."""
+    """(target Model, the parsed `spec_config.Speculative` with its draft loaded, or None)."""
     parallel.layout_of(mesh)  # a bad mesh is refused before anything is read
+    spec = None
+    if speculative_config is not None:
+        # Every key is validated, once, before anything is read from disk.
+        temperature = engine.sampling_params(sampling).temperature
+        spec = spec_config.resolve(speculative_config, temperature=temperature)
     target = load_model(model, mesh=mesh) if _is_path(model) else as_model(model)
-    if not isinstance(speculative_config, dict) or not _is_path(speculative_config.get("model")):
-        return target, speculative_config
-    # Validate every key before anything is read from disk.
-    temperature = 0.0 if sampling is None else getattr(sampling, "temperature", 0.0)
-    cfg = spec_config.parse(speculative_config, temperature=temperature)
-    path = speculative_config["model"]
-    if cfg.method in _DRAFT_LM_METHODS:
-        loaded = load_model(path, mesh=mesh)
-    else:
-        loaded = load_draft(path, target=target)
-    return target, {**speculative_config, "model": loaded}
+    if spec is not None and _is_path(spec.draft):
+        kind = spec_config.capabilities(spec.config.method).model
+        loaded = _LOADERS[kind](spec.draft, target, mesh)
+        spec = dataclasses.replace(spec, draft=loaded)
+    return target, spec
 
 
 def generate(
@@ -56,14 +59,14 @@ def generate(
     """`specjax.decoding.engine.generate`, also taking checkpoint paths for the target and for
     `speculative_config["model"]` (loaded straight onto `mesh`'s shardings when one is given).
     See that function for every argument and the stats."""
-    target, speculative_config = _resolve(model, speculative_config, sampling, mesh)
+    target, spec = _resolve(model, speculative_config, sampling, mesh)
     return engine.generate(
         target,
         prompts,
         max_new_tokens,
         sampling,
         stop_token_ids,
-        speculative_config,
+        spec,
         seeds=seeds,
         mesh=mesh,
     )
@@ -81,14 +84,14 @@ def generate_stream(
     mesh=None,
 ):
     """`specjax.decoding.engine.generate_stream`, also taking checkpoint paths."""
-    target, speculative_config = _resolve(model, speculative_config, sampling, mesh)
+    target, spec = _resolve(model, speculative_config, sampling, mesh)
     return engine.generate_stream(
         target,
         prompts,
         max_new_tokens,
         sampling,
         stop_token_ids,
-        speculative_config,
+        spec,
         seeds=seeds,
         mesh=mesh,
     )

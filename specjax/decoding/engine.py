@@ -23,6 +23,7 @@ from specjax import kernels, parallel
 from specjax import sampling as sp
 from specjax.cache import KVCache, check_room
 from specjax.decoding import prompts as pr
+from specjax.decoding import spec_config
 from specjax.decoding.speculative import build_plan, speculative_step
 from specjax.decoding.state import MAX_STOP_IDS, DecodeState, Static, emit, target_module
 from specjax.models import Model, as_model
@@ -202,9 +203,7 @@ def _prepare(
     config = model.config
     rows = pr.normalize_prompts(prompts, model.tokenizer, config.vocab_size)
     pr.check_max_new_tokens(max_new_tokens)
-    sampling = sp.SamplingParams() if sampling is None else sampling
-    if not isinstance(sampling, sp.SamplingParams):
-        raise TypeError(f"sampling must be a specjax SamplingParams, got {type(sampling).__name__}")
+    sampling = sampling_params(sampling)
     sampling.check_vocab(config.vocab_size)
     longest = max(len(r) for r in rows)
     pr.check_positions(longest, max_new_tokens, config.max_position_embeddings)
@@ -250,6 +249,14 @@ def _prepare(
     return rows, static, (*rowwise[:3], stops, rowwise[3])
 
 
+def sampling_params(sampling) -> sp.SamplingParams:
+    """The call's SamplingParams (None: greedy); anything else is refused."""
+    sampling = sp.SamplingParams() if sampling is None else sampling
+    if not isinstance(sampling, sp.SamplingParams):
+        raise TypeError(f"sampling must be a specjax SamplingParams, got {type(sampling).__name__}")
+    return sampling
+
+
 def _finish(model: Model, state: DecodeState, n_rows: int, spec) -> GenerateOutput:
     out = parallel.to_host(state.out)
     num = parallel.to_host(state.num_out)
@@ -279,9 +286,11 @@ def generate(
       max_new_tokens: exact budget per row (fewer only when a stop id is emitted).
       sampling: SamplingParams; default greedy.
       stop_token_ids: None = the model's EOS ids; [] disables stopping; or a list of ids.
-      speculative_config: None (autoregressive) or a dict in vLLM's key names
-        (see `specjax.decoding.spec_config`); its `model` is a loaded Model, Decoder or heads
-        (`specjax.generate` also takes a checkpoint path there).
+      speculative_config: None (autoregressive), a dict in vLLM's key names
+        (see `specjax.decoding.spec_config`; its `model` a loaded Model, Decoder or heads;
+        `specjax.generate` also takes a checkpoint path there), parsed here once, or a
+        `spec_config.Speculative` already parsed (by `specjax.generate`) at a temperature
+        of the same kind (0 or > 0) as `sampling`'s, taken as is.
       seeds: optional per-row seeds (overrides sampling.seed row by row).
       mesh: optional `jax.sharding.Mesh` with axes ("data", "model")
         (`specjax.parallel.make_mesh`): the parameters are placed by the logical-axis rules of
@@ -310,9 +319,12 @@ def _setup(
     """Validate everything on the host, then split the model: (model, rows, static, params, args)."""
     model = as_model(model)
     layout = parallel.layout_of(mesh)
-    spec, spec_params = None, ()
+    spec, spec_params, draft = None, (), None
     if speculative_config is not None:
-        spec, spec_params = build_plan(speculative_config, model, sampling)
+        temperature = sampling_params(sampling).temperature
+        resolved = spec_config.resolve(speculative_config, temperature=temperature)
+        spec, spec_params = build_plan(resolved, model, sampling)
+        draft = resolved.draft
     rows, static, args = _prepare(
         model, prompts, max_new_tokens, sampling, stop_token_ids, seeds, spec, layout
     )
@@ -322,7 +334,6 @@ def _setup(
     if layout is not None:
         spec_params = kernels.standard_layout(spec_params)
         head_dim = model.config.head_dim
-        draft = (speculative_config or {}).get("model")
         draft_head_dim = getattr(getattr(draft, "config", None), "head_dim", None) or head_dim
         params = parallel.shard_params(params, layout, "target parameters", head_dim)
         spec_params = parallel.shard_params(spec_params, layout, "draft parameters", draft_head_dim)

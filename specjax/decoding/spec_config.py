@@ -16,57 +16,63 @@ prompt_lookup_min, prompt_lookup_max. specjax's own: verification, allow_lossy, 
 typical_epsilon, typical_delta, and lookahead's lookahead_window, ngram_size,
 max_candidates, seed_pool_from_prompt, lookahead_advance (vLLM has no lookahead; its
 candidate length is ngram_size - 1, so num_speculative_tokens is not needed).
+
+What each method accepts is its proposer's declaration (`proposers.base.Capabilities`, read
+through the `PROPOSERS` registry): which `model` it needs, the tree kinds it fills, how a
+tree's depth relates to num_speculative_tokens, how "auto" verification resolves, and its own
+keys (parsed by the method's own code). Nothing here names a method. `resolve` parses a config
+once into the `Speculative` the engine takes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-
-import jax
+from typing import Any
 
 from specjax.decoding import trees
+from specjax.decoding.proposers import PROPOSERS
+from specjax.decoding.proposers.base import MAX_SPECULATIVE_TOKENS, Capabilities, OwnKeys
 from specjax.decoding.proposers.eagle_tree import DynamicTree
+
+# Lookahead's defaults, read by the bench and experiments from here (lookahead owns them).
+from specjax.decoding.proposers.lookahead import lookahead_defaults  # noqa: F401
 from specjax.decoding.proposers.ngram_trie import NgramTrie
-from specjax.decoding.topology import MAX_TREE_NODES
 from specjax.validate import check_int, check_real
 
-METHODS = ("draft_model", "ngram", "medusa", "eagle", "eagle3", "lookahead")
-EAGLE_METHODS = ("eagle", "eagle3")
-# Methods whose `model` is required; those that can sample their drafts (and so be verified
-# `probabilistic`ly); and those whose drafts are sampled by default at T > 0 ("auto"; EAGLE
-# only for chains: its trees hold each node's top-k, verified one-hot).
-NEEDS_MODEL = ("draft_model", "medusa", *EAGLE_METHODS)
-SAMPLED_DRAFTS = ("draft_model", "medusa", *EAGLE_METHODS)
-AUTO_PROBABILISTIC = ("draft_model",)
-AUTO_PROBABILISTIC_CHAINS = EAGLE_METHODS
-TREE_METHODS = ("draft_model", "medusa", *EAGLE_METHODS)
-DYNAMIC_TREE_METHODS = EAGLE_METHODS
+METHODS = tuple(PROPOSERS)  # as registered when imported; `parse` reads PROPOSERS itself
 VERIFICATIONS = ("auto", "greedy", "probabilistic", "one_hot", "strict", "typical")
-MAX_SPECULATIVE_TOKENS = 16  # longest chain / deepest tree; also the cache head-room per step
-LOOKAHEAD_KEYS = (
-    "lookahead_window",
-    "ngram_size",
-    "max_candidates",
-    "seed_pool_from_prompt",
-    "lookahead_advance",
-)
-LOOKAHEAD_ADVANCES = ("level", "accepted")
-# Lookahead's (W, N, G): the reference's README setting on an accelerator; on a CPU, where
-# every extra verified node costs, the smaller setting chosen by measurement (LOG.md).
-LOOKAHEAD_DEFAULTS = {"gpu": (7, 5, 7), "tpu": (7, 5, 7), "cpu": (3, 4, 3)}
-KEYS = (
+# The keys every method reads; a method's own keys (`Capabilities.keys`) come on top.
+COMMON_KEYS = (
     "method",
     "model",
     "num_speculative_tokens",
-    "prompt_lookup_min",
-    "prompt_lookup_max",
     "verification",
     "allow_lossy",
     "draft_tree",
     "typical_epsilon",
     "typical_delta",
-    *LOOKAHEAD_KEYS,
 )
+# What the error for a missing `model` says each kind is.
+_MODEL_WHAT = {"draft_lm": "a specjax Model", "heads": "draft heads (sj.load_draft)"}
+
+
+def capabilities(method: str) -> Capabilities:
+    """The declaration of a registered method (`PROPOSERS[method].CAPABILITIES`)."""
+    return PROPOSERS[method].CAPABILITIES
+
+
+def methods_where(pred) -> tuple[str, ...]:
+    """The registered methods whose declaration satisfies `pred`, in registry order."""
+    return tuple(m for m, cls in PROPOSERS.items() if pred(cls.CAPABILITIES))
+
+
+def keys() -> tuple[str, ...]:
+    """Every key a speculative_config may hold: the common ones, then each method's own."""
+    own = [k for cls in dict.fromkeys(PROPOSERS.values()) for k in cls.CAPABILITIES.keys]
+    clash = sorted(set(own) & set(COMMON_KEYS))
+    if clash:
+        raise ValueError(f"a method declares common speculative_config keys {clash} as its own")
+    return (*COMMON_KEYS, *dict.fromkeys(own))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,13 +82,14 @@ class SpecConfig:
     method: str
     num_speculative_tokens: int
     verification: str  # resolved: never "auto"
-    tree: trees.Tree | DynamicTree
-    prompt_lookup_min: int = 1
-    prompt_lookup_max: int = 3
+    tree: trees.Tree | DynamicTree | NgramTrie
     allow_lossy: bool = False
     typical_epsilon: float = 0.09
     typical_delta: float = 0.3
-    lookahead_window: int = 0  # lookahead only: W, N, G, pool seeding
+    # Set by a method's own keys (`OwnKeys.fields`); the defaults elsewhere.
+    prompt_lookup_min: int = 1  # ngram
+    prompt_lookup_max: int = 3
+    lookahead_window: int = 0  # lookahead: W, N, G, pool seeding, advance
     ngram_size: int = 0
     max_candidates: int = 0
     seed_pool_from_prompt: bool = True
@@ -97,6 +104,47 @@ class SpecConfig:
     def is_dynamic(self) -> bool:
         """The tree is built by the proposer every step (its topology is data)."""
         return isinstance(self.tree, DynamicTree | NgramTrie)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Speculative:
+    """A speculative_config parsed once: what `sj.generate` hands the engine.
+
+    `resolve` makes it from the user's dict before any file is read; `specjax.api` then puts
+    the loaded draft in `draft`, and the engine takes it as is (a raw dict given straight to
+    `specjax.decoding.engine.generate` is resolved there, once).
+
+    Attributes:
+      config: the validated SpecConfig ("auto" verification resolved at `temperature`).
+      draft: what `model` held, loaded: a Model or Decoder (draft LM), draft heads, or None;
+        a checkpoint path until `specjax.api` loads it.
+      temperature: the sampling temperature `config` was resolved at.
+    """
+
+    config: SpecConfig
+    draft: Any
+    temperature: float
+
+    def check_temperature(self, temperature: float) -> None:
+        """Refuse a call at a temperature this config was not resolved for: "auto" resolves
+        (and "greedy" is allowed) differently at T=0 and at T>0."""
+        if (temperature == 0) != (self.temperature == 0):
+            raise ValueError(
+                f"speculative_config was resolved at temperature={self.temperature} "
+                f"(verification={self.config.verification!r}) but this call samples at "
+                f"temperature={temperature}: resolve it again at this temperature "
+                "(spec_config.resolve) or pass the dict"
+            )
+
+
+def resolve(spec, *, temperature: float) -> Speculative:
+    """`spec` parsed into a `Speculative` at `temperature`; one already parsed is checked
+    against `temperature` and returned as is (never parsed twice)."""
+    if isinstance(spec, Speculative):
+        spec.check_temperature(temperature)
+        return spec
+    config = parse(spec, temperature=temperature)
+    return Speculative(config, spec.get("model"), float(temperature))
 
 
 def _int(key: str, value, lo: int, hi: int | None = None) -> int:
@@ -190,128 +238,34 @@ def _tree(raw: dict, k: int) -> trees.Tree | DynamicTree:
 def parse(raw: dict, *, temperature: float) -> SpecConfig:
     """Validate a speculative_config dict. Raises ValueError naming key, value and allowed range.
 
+    Every rule is read from the method's declaration (`capabilities(method)`); no method is
+    named here.
+
     Args:
       raw: the user's dict.
       temperature: the sampling temperature (resolves verification="auto").
     """
     if not isinstance(raw, dict):
         raise ValueError(f"speculative_config must be a dict, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - set(KEYS))
+    allowed = keys()
+    unknown = sorted(set(raw) - set(allowed))
     if unknown:
-        raise ValueError(f"speculative_config has unknown keys {unknown}; allowed: {list(KEYS)}")
+        raise ValueError(f"speculative_config has unknown keys {unknown}; allowed: {list(allowed)}")
     method = raw.get("method")
-    if method not in METHODS:
-        raise ValueError(f"speculative_config['method']={method!r} is invalid; allowed: {METHODS}")
-    lookahead = {}
-    if method == "lookahead":
-        lookahead = _lookahead(raw)
-    else:
-        given = [key for key in LOOKAHEAD_KEYS if key in raw]
-        if given:
-            raise ValueError(
-                f"speculative_config keys {given} are lookahead's; method={method!r} takes none"
-            )
-    if method == "lookahead":
-        k = lookahead["ngram_size"] - 1
-        if "num_speculative_tokens" in raw and raw["num_speculative_tokens"] != k:
-            raise ValueError(
-                f"speculative_config['num_speculative_tokens']={raw['num_speculative_tokens']!r} "
-                f"does not match lookahead's candidate length ngram_size - 1 = {k}; leave it "
-                "unset"
-            )
-    elif "num_speculative_tokens" not in raw:
+    if method not in PROPOSERS:
         raise ValueError(
-            "speculative_config['num_speculative_tokens'] is required "
-            f"(1..{MAX_SPECULATIVE_TOKENS})"
+            f"speculative_config['method']={method!r} is invalid; allowed: {tuple(PROPOSERS)}"
         )
-    else:
-        k = _int("num_speculative_tokens", raw["num_speculative_tokens"], 1, MAX_SPECULATIVE_TOKENS)
-    if method in NEEDS_MODEL and raw.get("model") is None:
-        what = "a specjax Model" if method == "draft_model" else "draft heads (sj.load_draft)"
-        raise ValueError(
-            f"speculative_config['model'] is required for method={method!r} "
-            f"({what} or a checkpoint directory)"
-        )
-    if method == "ngram" and raw.get("model") is not None:
-        raise ValueError("speculative_config['model'] must be unset for method='ngram'")
-    lo = _int("prompt_lookup_min", raw.get("prompt_lookup_min", 1), 1)
-    hi = _int("prompt_lookup_max", raw.get("prompt_lookup_max", max(lo, 3)), 1)
-    if lo > hi:
-        raise ValueError(
-            f"speculative_config['prompt_lookup_min']={lo} must be <= prompt_lookup_max={hi}"
-        )
-    if method not in TREE_METHODS and raw.get("draft_tree") is not None:
-        raise ValueError(
-            f"speculative_config['draft_tree'] is only supported for methods {TREE_METHODS}, "
-            f"not {method!r}"
-        )
-    if method == "lookahead":
-        tree = NgramTrie(lookahead["max_candidates"], k)
-    else:
-        tree = _tree(raw, k)
-    if isinstance(tree, DynamicTree) and method not in DYNAMIC_TREE_METHODS:
-        raise ValueError(
-            f"speculative_config['draft_tree']={{'dynamic': ...}} (EAGLE-2's dynamic tree) is "
-            f"only supported for methods {DYNAMIC_TREE_METHODS}, not {method!r}"
-        )
-    if method == "draft_model" and raw.get("draft_tree") is not None and tree.max_depth != k:
-        raise ValueError(
-            f"speculative_config['draft_tree'] has depth {tree.max_depth} but "
-            f"num_speculative_tokens={k}: the draft model drafts the tree's depth, so the two "
-            "must agree (set num_speculative_tokens to the tree's depth)"
-        )
-    if method in (*EAGLE_METHODS, "medusa") and tree.max_depth > k:
-        raise ValueError(
-            f"speculative_config['draft_tree'] has depth {tree.max_depth}, deeper than "
-            f"num_speculative_tokens={k} (the deepest path; for Medusa the heads used: head d "
-            "drafts depth d + 1)"
-        )
+    caps = capabilities(method)
+    _refuse_others_keys(raw, method, caps)
+    own = caps.parse_keys(raw) if caps.parse_keys is not None else OwnKeys({})
+    k = _num_speculative_tokens(raw, method, caps, own)
+    _check_model(raw, method, caps)
+    tree = _method_tree(raw, method, caps, own, k)
     allow_lossy = raw.get("allow_lossy", False)
     if not isinstance(allow_lossy, bool):
         raise ValueError(f"speculative_config['allow_lossy']={allow_lossy!r} must be True or False")
-    mode = raw.get("verification", "auto")
-    if mode not in VERIFICATIONS:
-        raise ValueError(
-            f"speculative_config['verification']={mode!r} is invalid; allowed: {VERIFICATIONS}"
-        )
-    dynamic = isinstance(tree, DynamicTree | NgramTrie)
-    deterministic = method not in SAMPLED_DRAFTS or dynamic
-    if mode == "auto":
-        chain = tree.num_drafts == tree.max_depth
-        sampled = method in AUTO_PROBABILISTIC or (chain and method in AUTO_PROBABILISTIC_CHAINS)
-        mode = "greedy" if temperature == 0 else ("probabilistic" if sampled else "one_hot")
-    if mode == "greedy" and temperature != 0:
-        raise ValueError(
-            f"speculative_config['verification']='greedy' needs temperature=0, got "
-            f"{temperature}: greedy acceptance at T>0 would change the output law"
-        )
-    if mode == "probabilistic" and deterministic:
-        what = (
-            f"method={method!r}"
-            if method not in SAMPLED_DRAFTS
-            else "a dynamic tree (each node's top-k)"
-        )
-        raise ValueError(
-            f"speculative_config['verification']='probabilistic' needs sampled drafts; "
-            f"{what} drafts deterministically: use 'one_hot' or 'strict'"
-        )
-    if mode == "typical" and dynamic:
-        where = "method='lookahead'" if method == "lookahead" else "draft_tree={'dynamic': ...}"
-        raise ValueError(
-            "speculative_config['verification']='typical' (Medusa's rule) needs a static tree; "
-            f"it is not available with {where}"
-        )
-    if mode == "typical" and not allow_lossy:
-        raise ValueError(
-            "speculative_config['verification']='typical' is lossy (Medusa's typical "
-            "acceptance changes the output distribution): set allow_lossy=True"
-        )
-    ignored = [key for key in ("prompt_lookup_min", "prompt_lookup_max") if key in raw]
-    if method != "ngram" and ignored:
-        raise ValueError(
-            f"speculative_config keys {ignored} are prompt lookup's; method={method!r} "
-            "ignores them: leave them unset"
-        )
+    mode = _verification(raw, method, caps, tree, temperature, allow_lossy)
     eps = raw.get("typical_epsilon", 0.09)
     delta = raw.get("typical_delta", 0.3)
     for key, val in (("typical_epsilon", eps), ("typical_delta", delta)):
@@ -327,52 +281,138 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
         num_speculative_tokens=k,
         verification=mode,
         tree=tree,
-        prompt_lookup_min=lo,
-        prompt_lookup_max=hi,
         allow_lossy=allow_lossy,
         typical_epsilon=float(eps),
         typical_delta=float(delta),
-        **lookahead,
+        **own.fields,
     )
 
 
-def lookahead_defaults() -> tuple[int, int, int]:
-    """(W, N, G) for this machine's default backend (`LOOKAHEAD_DEFAULTS`)."""
-    return LOOKAHEAD_DEFAULTS.get(jax.default_backend(), LOOKAHEAD_DEFAULTS["gpu"])
+def _refuse_others_keys(raw: dict, method: str, caps: Capabilities) -> None:
+    """Another method's own keys are refused by their owner's name (nothing ignores them)."""
+    for cls in dict.fromkeys(PROPOSERS.values()):
+        theirs = cls.CAPABILITIES
+        given = [key for key in theirs.keys if key in raw and key not in caps.keys]
+        if given:
+            raise ValueError(
+                f"speculative_config keys {given} are {theirs.keys_owner}'s; method={method!r} "
+                "ignores them: leave them unset"
+            )
 
 
-def _lookahead(raw: dict) -> dict:
-    """Lookahead's keys validated: window W >= 1, ngram_size N >= 2, max_candidates G >= 1."""
-    W, N, G = lookahead_defaults()
-    W = _int("lookahead_window", raw.get("lookahead_window", W), 1)
-    N = _int("ngram_size", raw.get("ngram_size", N), 2, MAX_SPECULATIVE_TOKENS + 1)
-    G = _int("max_candidates", raw.get("max_candidates", G), 1)
-    seed = raw.get("seed_pool_from_prompt", True)
-    if not isinstance(seed, bool):
+def _num_speculative_tokens(raw: dict, method: str, caps: Capabilities, own: OwnKeys) -> int:
+    """N: required (1..MAX_SPECULATIVE_TOKENS), or the depth a method's own keys fix."""
+    if caps.depth == "own_keys":
+        if own.tree is None:
+            raise TypeError(f"{method!r}'s parse_keys returned no tree (its depth is 'own_keys')")
+        k = own.tree.max_depth
+        if "num_speculative_tokens" in raw and raw["num_speculative_tokens"] != k:
+            raise ValueError(
+                f"speculative_config['num_speculative_tokens']={raw['num_speculative_tokens']!r} "
+                f"does not match the depth {k} that method={method!r}'s own keys fix; leave it "
+                "unset"
+            )
+        return k
+    if "num_speculative_tokens" not in raw:
         raise ValueError(
-            f"speculative_config['seed_pool_from_prompt']={seed!r} must be True or False"
+            "speculative_config['num_speculative_tokens'] is required "
+            f"(1..{MAX_SPECULATIVE_TOKENS})"
         )
-    advance = raw.get("lookahead_advance", "level")
-    if advance not in LOOKAHEAD_ADVANCES:
+    return _int("num_speculative_tokens", raw["num_speculative_tokens"], 1, MAX_SPECULATIVE_TOKENS)
+
+
+def _check_model(raw: dict, method: str, caps: Capabilities) -> None:
+    if caps.model != "none" and raw.get("model") is None:
         raise ValueError(
-            f"speculative_config['lookahead_advance']={advance!r} is invalid; allowed: "
-            f"{LOOKAHEAD_ADVANCES} (level: one window level per step, as the reference; "
-            "accepted: also shift the columns by the tokens accepted)"
+            f"speculative_config['model'] is required for method={method!r} "
+            f"({_MODEL_WHAT[caps.model]} or a checkpoint directory)"
         )
-    if raw.get("model") is not None:
-        raise ValueError("speculative_config['model'] must be unset for method='lookahead'")
-    if raw.get("draft_tree") is not None:
+    if caps.model == "none" and raw.get("model") is not None:
+        raise ValueError(f"speculative_config['model'] must be unset for method={method!r}")
+
+
+def _method_tree(raw: dict, method: str, caps: Capabilities, own: OwnKeys, k: int):
+    """The tree this method drafts: its own keys' or draft_tree's, checked against the tree
+    kinds it fills and its depth rule."""
+    given = raw.get("draft_tree") is not None
+    if given and caps.depth == "own_keys":
         raise ValueError(
-            "speculative_config['draft_tree'] is not used by method='lookahead' (its candidate "
-            "trie is built from the n-gram pool: max_candidates x (ngram_size - 1))"
+            f"speculative_config['draft_tree'] is not used by method={method!r} (its tree is "
+            f"sized by its own keys {list(caps.keys)})"
         )
-    trie = NgramTrie(G, N - 1)  # the candidates' size limit, by name
-    block = trie.num_nodes + (N - 1) * W
-    if block > MAX_TREE_NODES:
+    if caps.depth == "own_keys":
+        return own.tree
+    if given and not {"static", "dynamic"} & set(caps.trees):
+        takers = methods_where(lambda c: bool({"static", "dynamic"} & set(c.trees)))
         raise ValueError(
-            f"lookahead's verify forward would hold {block} nodes (root, max_candidates={G} x "
-            f"(ngram_size - 1)={N - 1} candidate nodes and a window of (ngram_size - 1) x "
-            f"lookahead_window={W} cells); at most MAX_TREE_NODES={MAX_TREE_NODES}"
+            f"speculative_config['draft_tree'] is only supported for methods {takers}, "
+            f"not {method!r}"
         )
-    return dict(lookahead_window=W, ngram_size=N, max_candidates=G, seed_pool_from_prompt=seed,
-                lookahead_advance=advance)  # fmt: skip
+    tree = _tree(raw, k)
+    kind = "dynamic" if isinstance(tree, DynamicTree) else "static"
+    if given and kind not in caps.trees:
+        takers = methods_where(lambda c: kind in c.trees)
+        what = (
+            "={'dynamic': ...} (EAGLE-2's dynamic tree)"
+            if kind == "dynamic"
+            else f"={raw['draft_tree']!r} (a static tree)"
+        )
+        raise ValueError(
+            f"speculative_config['draft_tree']{what} is only supported for methods {takers}, "
+            f"not {method!r}"
+        )
+    if caps.depth == "equal" and tree.max_depth != k:
+        raise ValueError(
+            f"speculative_config['draft_tree'] has depth {tree.max_depth} but "
+            f"num_speculative_tokens={k}: method={method!r} drafts the tree's depth, so the two "
+            "must agree (set num_speculative_tokens to the tree's depth)"
+        )
+    if caps.depth == "at_most" and tree.max_depth > k:
+        raise ValueError(
+            f"speculative_config['draft_tree'] has depth {tree.max_depth}, deeper than "
+            f"num_speculative_tokens={k} (which bounds the deepest path: the drafting steps or "
+            "heads used)"
+        )
+    return tree
+
+
+def _verification(raw, method, caps: Capabilities, tree, temperature, allow_lossy) -> str:
+    """The verification rule: "auto" resolved by the declaration and T, then checked."""
+    mode = raw.get("verification", "auto")
+    if mode not in VERIFICATIONS:
+        raise ValueError(
+            f"speculative_config['verification']={mode!r} is invalid; allowed: {VERIFICATIONS}"
+        )
+    dynamic = isinstance(tree, DynamicTree | NgramTrie)
+    if mode == "auto":
+        chain = tree.num_drafts == tree.max_depth
+        auto = caps.auto_probabilistic
+        sampled = auto == "always" or (chain and auto == "chains")
+        mode = "greedy" if temperature == 0 else ("probabilistic" if sampled else "one_hot")
+    if mode == "greedy" and temperature != 0:
+        raise ValueError(
+            f"speculative_config['verification']='greedy' needs temperature=0, got "
+            f"{temperature}: greedy acceptance at T>0 would change the output law"
+        )
+    if mode == "probabilistic" and (not caps.sampled_drafts or dynamic):
+        what = (
+            f"method={method!r}"
+            if not caps.sampled_drafts
+            else "a dynamic tree (each node's top-k)"
+        )
+        raise ValueError(
+            f"speculative_config['verification']='probabilistic' needs sampled drafts; "
+            f"{what} drafts deterministically: use 'one_hot' or 'strict'"
+        )
+    if mode == "typical" and dynamic:
+        where = f"method={method!r}" if caps.depth == "own_keys" else "draft_tree={'dynamic': ...}"
+        raise ValueError(
+            "speculative_config['verification']='typical' (Medusa's rule) needs a static tree; "
+            f"it is not available with {where}"
+        )
+    if mode == "typical" and not allow_lossy:
+        raise ValueError(
+            "speculative_config['verification']='typical' is lossy (Medusa's typical "
+            "acceptance changes the output distribution): set allow_lossy=True"
+        )
+    return mode

@@ -1,8 +1,8 @@
 """The speculative step: propose -> verify (one target forward over the block) -> commit.
 
-`build_plan` validates a speculative_config whose `model` is already resolved (a Model,
-Decoder or draft heads; `specjax.api` turns paths into those) and returns a hashable
-`SpecPlan` (a static jit argument) plus the proposer's parameters (data). The engine's
+`build_plan` takes a parsed `spec_config.Speculative` (or parses a dict) whose draft is
+loaded (a Model, Decoder or draft heads; `specjax.api` turns paths into those) and returns a
+hashable `SpecPlan` (a static jit argument) plus the proposer's parameters (data). The engine's
 while_loop calls `speculative_step` once per iteration; every method shares it and differs only
 in its proposer (`specjax/decoding/proposers/`).
 """
@@ -158,18 +158,20 @@ def _typical_logits(logits, sampling, mode):
     return logits / sampling.temperature  # [B, P+1, V]
 
 
-def build_plan(raw: dict, target, sampling) -> tuple[SpecPlan, object]:
-    """Validate `raw` and return (plan, proposer params). Nothing is compiled here.
+def build_plan(spec, target, sampling) -> tuple[SpecPlan, object]:
+    """Return (plan, proposer params) for a parsed config. Nothing is compiled here.
 
     Args:
-      raw: the speculative_config dict; its `model` (where the method has one) is a loaded
-        object: a Model or Decoder (draft_model), draft heads (medusa).
+      spec: a `spec_config.Speculative` (parsed once by `sj.generate`; checked against the
+        call's temperature), or a speculative_config dict, parsed here; its draft (where the
+        method has one) is a loaded object: a Model or Decoder, or draft heads.
       target: the target `Model`.
       sampling: the call's SamplingParams (None = greedy).
     """
     temperature = 0.0 if sampling is None else sampling.temperature
-    cfg = spec_config.parse(raw, temperature=temperature)
-    proposer, params = PROPOSERS[cfg.method].build(cfg, target, raw.get("model"))
+    spec = spec_config.resolve(spec, temperature=temperature)
+    cfg = spec.config
+    proposer, params = PROPOSERS[cfg.method].build(cfg, target, spec.draft)
     bad = [i for i in proposer.tap_layers if not 0 <= i < target.config.num_layers]
     if bad:
         raise ValueError(

@@ -395,11 +395,11 @@ def test_refusals(target, heads, tiny_config):
     _refused(target, _cfg("eagle", e1, 2, "eagle1_25"),
              r"has depth 5, deeper than num_speculative_tokens=2")  # fmt: skip
     deep = sj.EagleHead(sj.EagleConfig("eagle3", e3.config.layer, tap_layers=(0, 1, 5)))
-    _refused(target, _cfg("eagle3", deep, 2), r"reads target layers \(0, 1, 5\), but the target "
-             r"has layers 0..1")  # fmt: skip
+    _refused(target, _cfg("eagle3", deep, 2), r"tap_layers=\[0, 1, 5\] include \[5\], outside "
+             r"the target's num_layers=2")  # fmt: skip
     wide = sj.Decoder(tiny_config.replace(hidden_size=48, head_dim=12), seed=0)
     _refused(target, _cfg("eagle", sj.EagleHead.for_target(wide, method="eagle"), 2),
-             "hidden_size=48, the target's is 32")  # fmt: skip
+             "hidden_size=48, the target's hidden_size is 32")  # fmt: skip
 
 
 def test_auto_verification(target, heads):

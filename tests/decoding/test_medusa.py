@@ -169,10 +169,10 @@ def test_tree_deeper_than_the_heads_used(target, heads):
 def test_heads_of_another_target(target, tiny_config):
     wide = sj.Decoder(tiny_config.replace(hidden_size=48, head_dim=12), seed=0)
     _refused(target, _medusa(sj.MedusaHeads.for_target(wide), 2),
-             "hidden_size=48, the target's is 32")  # fmt: skip
+             "hidden_size=48, the target's hidden_size is 32")  # fmt: skip
     big_vocab = sj.Decoder(tiny_config.replace(vocab_size=40), seed=0)
     _refused(target, _medusa(sj.MedusaHeads.for_target(big_vocab), 2),
-             "vocab_size=40, the target's is 32")  # fmt: skip
+             "vocab_size=40, the target's vocab_size is 32")  # fmt: skip
 
 
 def test_method_and_model_must_match(target, heads):

@@ -262,3 +262,52 @@ def test_draft_window_shorter_than_the_tree_is_refused(target):
     wide = sj.Decoder(target.config.replace(model_type="mistral", sliding_window=4), seed=1)
     plan, _ = build_plan(_draft(wide, draft_tree={"depth": 3, "width": 2}), model, None)
     assert plan.config.tree.max_depth == 3 and not plan.config.is_chain
+
+
+# ------------------------------------------------------------------------- parsed once
+
+
+def _count_parses(monkeypatch) -> list:
+    calls = []
+    parse = spec_config.parse
+
+    def counted(raw, *, temperature):
+        calls.append(raw.get("method") if isinstance(raw, dict) else raw)
+        return parse(raw, temperature=temperature)
+
+    monkeypatch.setattr(spec_config, "parse", counted)
+    return calls
+
+
+def test_a_config_naming_its_draft_by_path_is_parsed_once(target, tmp_path, monkeypatch):
+    """`sj.generate` parses the dict once (before reading the heads' directory) into the
+    `Speculative` the engine takes as is; the engine parses a raw dict once itself."""
+    heads = sj.MedusaHeads.for_target(target, num_heads=2)
+    out = sj.save_draft(heads, tmp_path / "heads")
+    raw = {"method": "medusa", "model": str(out), "num_speculative_tokens": 2}
+    calls = _count_parses(monkeypatch)
+    by_path = sj.generate(target, PROMPT, 6, speculative_config=raw)
+    assert calls == ["medusa"]
+    loaded = {**raw, "model": heads}
+    direct = engine.generate(target, PROMPT, 6, speculative_config=loaded)
+    assert calls == ["medusa", "medusa"]
+    assert by_path.tokens == direct.tokens and by_path.stats["method"] == "medusa"
+    # A Speculative passed in is taken as is.
+    spec = spec_config.resolve(loaded, temperature=0.0)
+    assert sj.generate(target, PROMPT, 6, speculative_config=spec).tokens == direct.tokens
+    assert calls == ["medusa"] * 3
+
+
+def test_a_speculative_resolved_at_another_temperature_is_refused(target):
+    cfg = _ngram()
+    at_zero = spec_config.resolve(cfg, temperature=0.0)
+    assert (at_zero.config.verification, at_zero.draft, at_zero.temperature) == ("greedy", None, 0)
+    _refused(target, at_zero, ValueError, r"resolved at temperature=0.0 \(verification='greedy'\) "
+             r"but this call samples at temperature=1.0", sampling=T1)  # fmt: skip
+    sampled = spec_config.resolve(cfg, temperature=1.0)
+    _refused(target, sampled, ValueError, r"resolved at temperature=1.0 \(verification='one_hot'\) "
+             r"but this call samples at temperature=0.0")  # fmt: skip
+    with pytest.raises(ValueError, match="resolved at temperature=0.0"):
+        sj.generate_stream(target, PROMPT, 8, T1, speculative_config=at_zero)
+    # Another T > 0 resolves "auto" the same way: accepted.
+    assert spec_config.resolve(sampled, temperature=0.5) is sampled

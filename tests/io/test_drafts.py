@@ -330,7 +330,7 @@ def test_bad_vllm_directory_is_refused(tmp_path, heads, case):
 def test_heads_for_another_target_are_refused(tmp_path, target, tiny_config, field):
     other = sj.Decoder(tiny_config.replace(**{field: 48}), seed=0)
     out = sj.save_draft(_heads(other), tmp_path, layout="vllm")
-    with pytest.raises(ValueError, match=rf"draft heads have {field}=48, the target's is 32"):
+    with pytest.raises(ValueError, match=rf"heads have {field}=48, the target's {field} is 32"):
         sj.load_draft(out, target=target)
     sj.load_draft(out)  # fine without a target to check against
 

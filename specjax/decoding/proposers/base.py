@@ -21,18 +21,141 @@ tree changes per step or per row (EAGLE-2's dynamic tree) returns its topology a
 `Draft.topology`; the others leave it None and the plan's static tree is used, as data too.
 A proposer may also add E non-draft nodes to the same forward (`Draft.extra`, lookahead's
 window): the verifier sees only the P+1 block nodes, `commit` gets the extras' outputs.
+
+What a method *is* (what its `model` holds, which trees it fills, how "auto" verification
+resolves, its own config keys) is declared once, on its class, as `CAPABILITIES`
+(`Capabilities`); `spec_config`, `api` and the registry (`proposers.PROPOSERS`) read only that.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import jax
 from flax import struct
 
 from specjax.decoding.topology import Topology
 from specjax.sampling import SamplingParams
+
+MAX_SPECULATIVE_TOKENS = 16  # longest chain / deepest tree; also the cache head-room per step
+
+# The vocabulary of a declaration (`Capabilities`).
+MODEL_KINDS = ("none", "draft_lm", "heads")
+TREE_KINDS = ("chain", "static", "dynamic", "trie")
+AUTO_PROBABILISTIC = ("always", "chains", "never")
+DEPTH_RULES = ("equal", "at_most", "own_keys")
+
+
+@dataclasses.dataclass(frozen=True)
+class OwnKeys:
+    """A method's own speculative_config keys, validated (what `Capabilities.parse_keys` returns).
+
+    Attributes:
+      fields: the `SpecConfig` fields they set, e.g. {"prompt_lookup_min": 1, ...}.
+      tree: the tree they fix (depth rule "own_keys": lookahead's candidate trie), else None.
+    """
+
+    fields: dict
+    tree: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a method is, declared by its proposer class as `CAPABILITIES`.
+
+    `spec_config` validates a speculative_config against it, `api` loads `model` by it and the
+    registry lists methods from it, so a new method is one proposer file. A malformed
+    declaration is refused when it is constructed, i.e. when its class is defined.
+
+    Attributes:
+      methods: the speculative_config['method'] names the class serves (EAGLE: eagle, eagle3).
+      model: what speculative_config['model'] holds: "none" (it must be unset), "draft_lm"
+        (a specjax Model or Decoder, or a checkpoint directory `load_model` reads) or "heads"
+        (draft heads, or a directory `load_draft` reads).
+      trees: the tree kinds it fills: "chain" (no draft_tree), "static" (a named, top-k or
+        choices draft_tree), "dynamic" (draft_tree={"dynamic": ...}, rebuilt every step),
+        "trie" (a per-step tree that its own keys size).
+      sampled_drafts: it can draw its drafts from a law q it returns, so "probabilistic"
+        verification is lossless; otherwise its drafts are deterministic.
+      auto_probabilistic: when verification="auto" at T > 0 resolves to "probabilistic":
+        "always", "chains" (a chain only; its trees hold each node's top-k, verified one-hot)
+        or "never" (one_hot).
+      depth: how a tree's depth relates to N = num_speculative_tokens: "equal" (it drafts the
+        tree's depth, level by level), "at_most" (N bounds the deepest path: the drafting
+        steps, or the heads, it may use) or "own_keys" (its own keys fix the tree; N is
+        optional and must agree).
+      keys: its own speculative_config keys (every other method refuses them by name).
+      parse_keys: raw dict -> `OwnKeys`: validates `keys` (required when there are keys).
+      keys_owner: how a refusal names the owner of `keys` ("prompt lookup").
+      extra_nodes: it adds non-draft nodes to the verify forward (`Draft.extra`).
+    """
+
+    methods: tuple[str, ...]
+    model: str = "none"
+    trees: tuple[str, ...] = ("chain",)
+    sampled_drafts: bool = False
+    auto_probabilistic: str = "never"
+    depth: str = "equal"
+    keys: tuple[str, ...] = ()
+    parse_keys: Callable[[dict], OwnKeys] | None = None
+    keys_owner: str = ""
+    extra_nodes: bool = False
+
+    def __post_init__(self):
+        def refuse(field, why):
+            raise ValueError(f"Capabilities.{field}={getattr(self, field)!r}: {why}")
+
+        def names(field, allowed=None):
+            value = getattr(self, field)
+            if not isinstance(value, tuple) or not all(isinstance(v, str) and v for v in value):
+                refuse(field, "must be a tuple of non-empty strings")
+            if len(set(value)) != len(value):
+                refuse(field, "names one entry twice")
+            bad = [v for v in value if allowed is not None and v not in allowed]
+            if bad:
+                refuse(field, f"{bad} not in {allowed}")
+
+        names("methods")
+        if not self.methods:
+            refuse("methods", "a proposer serves at least one method")
+        names("trees", TREE_KINDS)
+        if not self.trees:
+            refuse("trees", f"fills at least one of {TREE_KINDS}")
+        names("keys")
+        for field, allowed in (("model", MODEL_KINDS), ("auto_probabilistic", AUTO_PROBABILISTIC),
+                               ("depth", DEPTH_RULES)):  # fmt: skip
+            if getattr(self, field) not in allowed:
+                refuse(field, f"must be one of {allowed}")
+        for field in ("sampled_drafts", "extra_nodes"):
+            if not isinstance(getattr(self, field), bool):
+                refuse(field, "must be True or False")
+        self._check_consistent(refuse)
+
+    def _check_consistent(self, refuse) -> None:
+        """The fields that constrain each other."""
+        if self.auto_probabilistic != "never" and not self.sampled_drafts:
+            refuse("auto_probabilistic", "needs sampled_drafts=True (probabilistic verification "
+                   "is lossless only for drafts drawn from their q)")  # fmt: skip
+        if self.auto_probabilistic == "always" and {"dynamic", "trie"} & set(self.trees):
+            refuse("auto_probabilistic", f"but trees={self.trees} include a per-step tree, "
+                   "whose drafts are each node's top-k: use 'chains' or 'never'")  # fmt: skip
+        if self.auto_probabilistic == "chains" and "chain" not in self.trees:
+            refuse("auto_probabilistic", f"but trees={self.trees} has no 'chain'")
+        if (self.depth == "own_keys") != ("trie" in self.trees):
+            refuse("depth", f"with trees={self.trees}: a 'trie' is sized by the method's own keys "
+                   "and only it (depth='own_keys')")  # fmt: skip
+        if self.depth == "own_keys" and set(self.trees) != {"trie"}:
+            refuse("trees", "a method whose own keys fix its tree takes no draft_tree")
+        if self.depth != "own_keys" and "chain" not in self.trees:
+            refuse("trees", "must include 'chain' (what is drafted without a draft_tree)")
+        if bool(self.keys) != (self.parse_keys is not None):
+            refuse("parse_keys", f"with keys={self.keys}: own keys need a parser, and only they")
+        if self.parse_keys is not None and not callable(self.parse_keys):
+            refuse("parse_keys", "must be callable: raw dict -> OwnKeys")
+        if self.keys and not (isinstance(self.keys_owner, str) and self.keys_owner):
+            refuse("keys_owner", f"must name the owner of keys={self.keys} in refusals")
 
 
 @struct.dataclass
@@ -86,12 +209,14 @@ class Proposer(Protocol):
     """A speculative method's drafting half (typing.Protocol: any class with these members).
 
     Attributes:
+      CAPABILITIES: what the method is (`Capabilities`), on the class.
       tap_layers: target layers whose incoming residual stream the proposer reads (static).
       max_positions: the proposer's own position limit (a draft model's), None if it has none.
       extra_nodes: E, the non-draft nodes its drafts add to the verify forward (`ExtraNodes`;
         0 for every method but lookahead).
     """
 
+    CAPABILITIES: ClassVar[Capabilities]
     tap_layers: tuple[int, ...]
     max_positions: int | None
     extra_nodes: int

@@ -23,7 +23,7 @@ from flax import nnx, struct
 
 from specjax import kernels
 from specjax.cache import KVCache
-from specjax.decoding.proposers.base import Context, StepInput
+from specjax.decoding.proposers.base import Capabilities, Context, StepInput
 from specjax.decoding.proposers.tree_drafting import (
     child_scores,
     draft_level,
@@ -64,6 +64,17 @@ def check_draft_window(draft: Model, tree: Tree) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class DraftModelProposer:
+    # A second LM drafts the tree's depth level by level; its drafts can be sampled, and at
+    # T > 0 they are by default (verified probabilistically).
+    CAPABILITIES = Capabilities(
+        methods=("draft_model",),
+        model="draft_lm",
+        trees=("chain", "static"),
+        sampled_drafts=True,
+        auto_probabilistic="always",
+        depth="equal",
+    )
+
     graphdef: Any
     tree: Tree
     mode: str  # verification mode: decides top-k children vs sampled children

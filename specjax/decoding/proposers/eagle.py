@@ -39,7 +39,7 @@ from flax import nnx, struct
 
 from specjax import kernels
 from specjax.cache import KVCache
-from specjax.decoding.proposers.base import Context, Draft, StepInput
+from specjax.decoding.proposers.base import Capabilities, Context, Draft, StepInput
 from specjax.decoding.proposers.eagle_tree import DynamicTree, keep_best
 from specjax.decoding.proposers.tree_drafting import (
     child_scores,
@@ -72,18 +72,23 @@ def check_drafter(head, target, method: str) -> None:
             f"speculative_config['method']={method!r} but the drafter is an "
             f"{head.config.method!r} head; use method={head.config.method!r}"
         )
-    check_heads_fit(head, target)
-    L = target.config.num_layers
-    bad = [i for i in head.config.tap_layers if not 0 <= i < L]
-    if bad:
-        raise ValueError(
-            f"the EAGLE-3 drafter reads target layers {head.config.tap_layers}, but the target "
-            f"has layers 0..{L - 1}"
-        )
+    check_heads_fit(head, target)  # widths, vocabulary, EAGLE-3 tap layers
 
 
 @dataclasses.dataclass(frozen=True)
 class EagleProposer:
+    # One class for both methods: the head's config says which (`check_drafter`). Chains are
+    # sampled at T > 0 by default; trees hold each node's top-k (one-hot), EAGLE-2's dynamic
+    # tree included.
+    CAPABILITIES = Capabilities(
+        methods=("eagle", "eagle3"),
+        model="heads",
+        trees=("chain", "static", "dynamic"),
+        sampled_drafts=True,
+        auto_probabilistic="chains",
+        depth="at_most",
+    )
+
     graphdef: Any
     tree: Tree | DynamicTree
     mode: str  # verification mode: top-k children vs sampled children

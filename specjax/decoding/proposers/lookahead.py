@@ -39,8 +39,18 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from specjax.decoding.proposers.base import Context, Draft, ExtraNodes, StepInput
+from specjax.decoding.proposers.base import (
+    MAX_SPECULATIVE_TOKENS,
+    Capabilities,
+    Context,
+    Draft,
+    ExtraNodes,
+    OwnKeys,
+    StepInput,
+)
 from specjax.decoding.proposers.ngram_trie import NgramTrie, ngram_trie
+from specjax.decoding.topology import MAX_TREE_NODES
+from specjax.validate import check_int
 
 MAX_POOL_BUCKETS = 8192
 
@@ -100,8 +110,78 @@ def window_mask(n: int, W: int, P1: int) -> np.ndarray:
     return mask
 
 
+# ---------------------------------------------------------------- speculative_config keys
+
+LOOKAHEAD_KEYS = (
+    "lookahead_window",
+    "ngram_size",
+    "max_candidates",
+    "seed_pool_from_prompt",
+    "lookahead_advance",
+)
+LOOKAHEAD_ADVANCES = ("level", "accepted")
+# Lookahead's (W, N, G): the reference's README setting on an accelerator; on a CPU, where
+# every extra verified node costs, the smaller setting chosen by measurement (LOG.md).
+LOOKAHEAD_DEFAULTS = {"gpu": (7, 5, 7), "tpu": (7, 5, 7), "cpu": (3, 4, 3)}
+
+
+def lookahead_defaults() -> tuple[int, int, int]:
+    """(W, N, G) for this machine's default backend (`LOOKAHEAD_DEFAULTS`)."""
+    return LOOKAHEAD_DEFAULTS.get(jax.default_backend(), LOOKAHEAD_DEFAULTS["gpu"])
+
+
+def lookahead_keys(raw: dict) -> OwnKeys:
+    """Lookahead's keys validated (window W >= 1, ngram_size N >= 2, max_candidates G >= 1)
+    and the candidate trie they size: G candidates of N - 1 tokens, so the depth is N - 1
+    (vLLM has no lookahead; num_speculative_tokens, when given, must say the same)."""
+    name = lambda key: f"speculative_config[{key!r}]"  # noqa: E731
+    W, N, G = lookahead_defaults()
+    W = check_int(name("lookahead_window"), raw.get("lookahead_window", W), 1)
+    N = check_int(name("ngram_size"), raw.get("ngram_size", N), 2, MAX_SPECULATIVE_TOKENS + 1)
+    G = check_int(name("max_candidates"), raw.get("max_candidates", G), 1)
+    seed = raw.get("seed_pool_from_prompt", True)
+    if not isinstance(seed, bool):
+        raise ValueError(f"{name('seed_pool_from_prompt')}={seed!r} must be True or False")
+    advance = raw.get("lookahead_advance", "level")
+    if advance not in LOOKAHEAD_ADVANCES:
+        raise ValueError(
+            f"{name('lookahead_advance')}={advance!r} is invalid; allowed: "
+            f"{LOOKAHEAD_ADVANCES} (level: one window level per step, as the reference; "
+            "accepted: also shift the columns by the tokens accepted)"
+        )
+    k = N - 1
+    if "num_speculative_tokens" in raw and raw["num_speculative_tokens"] != k:
+        raise ValueError(
+            f"{name('num_speculative_tokens')}={raw['num_speculative_tokens']!r} does not match "
+            f"lookahead's candidate length ngram_size - 1 = {k}; leave it unset"
+        )
+    trie = NgramTrie(G, k)  # the candidates' size limit, by name
+    block = trie.num_nodes + k * W
+    if block > MAX_TREE_NODES:
+        raise ValueError(
+            f"lookahead's verify forward would hold {block} nodes (root, max_candidates={G} x "
+            f"(ngram_size - 1)={k} candidate nodes and a window of (ngram_size - 1) x "
+            f"lookahead_window={W} cells); at most MAX_TREE_NODES={MAX_TREE_NODES}"
+        )
+    fields = dict(lookahead_window=W, ngram_size=N, max_candidates=G, seed_pool_from_prompt=seed,
+                  lookahead_advance=advance)  # fmt: skip
+    return OwnKeys(fields, trie)
+
+
 @dataclasses.dataclass(frozen=True)
 class LookaheadProposer:
+    # No model: the target's own Jacobi guesses; its per-step trie is sized by its own keys,
+    # deterministic (argmax guesses), and its window rides the verify forward as extra nodes.
+    CAPABILITIES = Capabilities(
+        methods=("lookahead",),
+        trees=("trie",),
+        depth="own_keys",
+        keys=LOOKAHEAD_KEYS,
+        parse_keys=lookahead_keys,
+        keys_owner="lookahead",
+        extra_nodes=True,
+    )
+
     window: int  # W
     ngram_size: int  # N (candidates and window columns hold n = N - 1 tokens after the key)
     max_candidates: int  # G

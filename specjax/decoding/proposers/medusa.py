@@ -30,7 +30,7 @@ from flax import nnx, struct
 
 from specjax import kernels
 from specjax import sampling as sp
-from specjax.decoding.proposers.base import Context, Draft, StepInput
+from specjax.decoding.proposers.base import Capabilities, Context, Draft, StepInput
 from specjax.decoding.trees import Tree
 from specjax.heads import MedusaHeads, check_heads_fit
 
@@ -60,6 +60,17 @@ def check_heads(heads, target, num_heads: int, method: str = "medusa") -> None:
 
 @dataclasses.dataclass(frozen=True)
 class MedusaProposer:
+    # Head d drafts depth d + 1, so N (the heads used) bounds a tree's depth; top-k drafts
+    # by default (one-hot at T > 0), sampled ones when verification="probabilistic".
+    CAPABILITIES = Capabilities(
+        methods=("medusa",),
+        model="heads",
+        trees=("chain", "static"),
+        sampled_drafts=True,
+        auto_probabilistic="never",
+        depth="at_most",
+    )
+
     graphdef: Any
     tree: Tree
     num_heads: int  # K heads used (num_speculative_tokens)

@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from specjax.decoding.proposers.base import Context, Draft, StepInput
+from specjax.decoding.proposers.base import Capabilities, Context, Draft, OwnKeys, StepInput
+from specjax.validate import check_int
 
 
 @struct.dataclass
@@ -23,8 +24,28 @@ class NgramState:
     history: jax.Array  # [B, S] int32: committed tokens at 0..L-1 (slot index = position)
 
 
+def prompt_lookup_keys(raw: dict) -> OwnKeys:
+    """vLLM's prompt_lookup_min (default 1) <= prompt_lookup_max (default max(min, 3)), >= 1."""
+    name = lambda key: f"speculative_config[{key!r}]"  # noqa: E731
+    lo = check_int(name("prompt_lookup_min"), raw.get("prompt_lookup_min", 1), 1)
+    hi = check_int(name("prompt_lookup_max"), raw.get("prompt_lookup_max", max(lo, 3)), 1)
+    if lo > hi:
+        raise ValueError(
+            f"speculative_config['prompt_lookup_min']={lo} must be <= prompt_lookup_max={hi}"
+        )
+    return OwnKeys({"prompt_lookup_min": lo, "prompt_lookup_max": hi})
+
+
 @dataclasses.dataclass(frozen=True)
 class NgramProposer:
+    # A chain of N copied tokens: deterministic, no model.
+    CAPABILITIES = Capabilities(
+        methods=("ngram",),
+        keys=("prompt_lookup_min", "prompt_lookup_max"),
+        parse_keys=prompt_lookup_keys,
+        keys_owner="prompt lookup",
+    )
+
     k: int
     n_min: int
     n_max: int

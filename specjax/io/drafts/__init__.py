@@ -9,7 +9,7 @@ Layouts, one entry each in `FORMATS` (how to detect, load and save it):
 - ``speculators``: vllm-project/speculators' EAGLE-3 heads (`eagle_hf`).
 
 Every refusal names the file, tensor or field and both values; a draft that does not fit the
-target given to `load_draft` is refused by `common.check_fit`.
+target given to `load_draft` is refused by `specjax.heads.check_heads_fit`, naming the file.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What every draft layout shares: JSON and safetensors reading and writing, checked tensor
-and field reads, and the one check that a draft fits its target.
+and field reads. Whether a draft fits its target is `specjax.heads.check_heads_fit`'s to say.
 
 A layout's saver builds the files it writes as `{file name: tensors or JSON object}`
 (`Files`); `save_draft` checks them and `write_files` writes them. Every refusal names the
@@ -16,9 +16,7 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from specjax.heads.eagle import EagleConfig
 from specjax.io.hf import read_safetensors
-from specjax.models import as_model
 from specjax.validate import check_int
 
 SPECJAX_CONFIG, SPECJAX_WEIGHTS = "specjax_draft.json", "draft.safetensors"
@@ -150,66 +148,3 @@ def write_files(files: Files, out: Path) -> None:
             save_file(arrays, str(out / name))
         else:
             (out / name).write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")
-
-
-# ------------------------------------------------------------------------------------ fit
-
-
-def check_fit(config, target, where: Path, embedding: np.ndarray | None = None) -> None:
-    """Refuse a draft that does not fit `target`, naming both values.
-
-    Args:
-      config: the draft's MedusaConfig or EagleConfig.
-      target: the Model/Decoder it drafts for, or None (then only `embedding` is checked).
-      where: the file or directory to name.
-      embedding: the head's own `embed_tokens.weight` [V, D], if it carries one: it loads
-        only when equal to the target's table (vLLM then shares the target's, as specjax's
-        drafter always does), so it needs `target`.
-    Raises:
-      ValueError for a hidden size (an EAGLE-3 head's target_hidden_size too), vocabulary,
-      EAGLE-3 tap layer or own embedding that differs from or lies outside the target's.
-    """
-    if embedding is not None:
-        _check_embedding(embedding, target, where)
-    if target is None:
-        return
-    tc = as_model(target).config
-    eagle = isinstance(config, EagleConfig)
-    rows = [("hidden_size", config.hidden_size, "hidden_size")]
-    if eagle and config.method == "eagle3":
-        rows.append(("target_hidden_size", config.target_hidden_size, "hidden_size"))
-    rows.append(("vocab_size", config.vocab_size, "vocab_size"))
-    for field, ours, theirs_field in rows:
-        theirs = getattr(tc, theirs_field)
-        if ours != theirs:
-            draft = "the EAGLE head has" if eagle else "draft heads have"
-            target_field = f"{theirs_field} " if eagle else ""
-            raise ValueError(
-                f"{where}: {draft} {field}={ours}, the target's {target_field}is {theirs}"
-            )
-    taps = config.tap_layers if eagle else ()
-    bad = [i for i in taps if not 0 <= i < tc.num_layers]
-    if bad:
-        raise ValueError(
-            f"{where}: the EAGLE-3 head's tap_layers={list(taps)} include {bad}, outside the "
-            f"target's num_layers={tc.num_layers} (layer ids 0..{tc.num_layers - 1})"
-        )
-
-
-def _check_embedding(table: np.ndarray, target, where: Path) -> None:
-    if target is None:
-        raise ValueError(
-            f"{where}: holds its own embedding 'embed_tokens.weight' {list(table.shape)}; "
-            "specjax's drafter shares the target's (as vLLM does when they are equal): pass "
-            "target= to load_draft so the two can be compared"
-        )
-    ours = np.asarray(as_model(target).module.embedder.embedding[...], np.float32)
-    if ours.shape != table.shape or not np.array_equal(ours, table):
-        diff = (
-            "shape" if ours.shape != table.shape else f"max |diff| {np.abs(ours - table).max():.3g}"
-        )
-        raise ValueError(
-            f"{where}: tensor 'embed_tokens.weight' {list(table.shape)} differs from the "
-            f"target's embedding {list(ours.shape)} ({diff}): vLLM would draft with its own "
-            "table, specjax's drafter shares the target's"
-        )

@@ -20,13 +20,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from specjax.heads import check_heads_fit
 from specjax.heads.eagle import EagleConfig, EagleHead
 from specjax.io.drafts.common import (
     SPECJAX_CONFIG,
     SPECJAX_WEIGHTS,
     Files,
     check_consumed,
-    check_fit,
     read_tensors,
     specjax_files,
     take,
@@ -57,7 +57,7 @@ def from_arrays(
 ) -> EagleHead:
     """A head holding exactly `arrays` (every NNX path present, shapes already checked);
     refused first unless it fits `target` (`embedding`: the checkpoint's own table)."""
-    check_fit(config, target, where, embedding)
+    check_heads_fit(config, target, where, embedding)
     head = _abstract_head(config)
     for name, var in variables_by_path(head).items():
         var.set_value(jnp.asarray(arrays[name], var.get_value().dtype))

@@ -35,7 +35,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.heads import MedusaConfig, MedusaHeads
+from specjax.heads import MedusaConfig, MedusaHeads, check_heads_fit
 from specjax.heads.medusa import target_lm_head
 from specjax.io.drafts.common import (
     HF_CONFIG,
@@ -45,7 +45,6 @@ from specjax.io.drafts.common import (
     Files,
     bool_field,
     check_consumed,
-    check_fit,
     int_field,
     read_json,
     read_safetensors_dir,
@@ -79,7 +78,7 @@ def medusa_dict(heads: MedusaHeads) -> dict[str, np.ndarray]:
 def _from_arrays(config: MedusaConfig, w, b, lm_head, target, where: Path) -> MedusaHeads:
     """Heads holding exactly these arrays: w [K, Lb, D, D], b [K, Lb, D] | None, lm_head
     [K, D, V] ([D, V] with `config.shared_lm_head`); refused first unless they fit `target`."""
-    check_fit(config, target, where)
+    check_heads_fit(config, target, where)
     heads = MedusaHeads(config, lm_head=np.zeros((config.hidden_size, config.vocab_size)))
     heads.w.set_value(jnp.asarray(w, config.dtype))
     if b is not None:
