@@ -132,7 +132,9 @@ def test_a_shared_lm_head_is_written_once_and_reads_back(tmp_path, target):
     assert not fd.config.shared_lm_head
     assert np.asarray(fd.lm_head[...]).shape == (K, D, V)
     assert (np.asarray(fd.lm_head[...]) == np.asarray(fd_src.lm_head[...])).all()
-    np.testing.assert_array_equal(np.asarray(fd_src(h)), np.asarray(fd(h)))
+    # K copies of the head go through the per-head product, the shared one through a single
+    # matmul: the same sums in another order (bit-equal on some CPUs, not on others).
+    np.testing.assert_allclose(np.asarray(fd_src(h)), np.asarray(fd(h)), rtol=1e-5, atol=1e-6)
     # The shared head is the per-head form's function with K equal copies.
     plain = _heads(target, seed=4)
     plain.w.set_value(heads.w[...])
