@@ -4,6 +4,9 @@ candidate trie, greedy equality with autoregressive decoding and the refusals.
 The law at T>0 is tested with every other method in test_spec_distribution.py.
 """
 
+import collections
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,8 +18,10 @@ from specjax.decoding import engine, spec_config
 from specjax.decoding.proposers import StepInput
 from specjax.decoding.proposers.base import Context
 from specjax.decoding.proposers.lookahead import (
+    MAX_POOL_KEYS,
     LookaheadProposer,
     LookaheadState,
+    NgramPool,
     pool_insert,
     window_mask,
 )
@@ -106,7 +111,7 @@ def test_window_cells_see_exactly_their_trajectory(target):
     prefix = [5, 9, 2, 30, 7]
     L = len(prefix)
     proposer = LookaheadProposer(window=3, ngram_size=4, max_candidates=2, seed_pool=True,
-                                 buckets=32)  # fmt: skip
+                                 vocab=32, key_slots=32)  # fmt: skip
     ctx = Context(sj.SamplingParams(), cache_len=64, max_positions=128)
     prompt = jnp.asarray([prefix + [0] * 3], jnp.int32)
     state = proposer.init(ctx, target, (), prompt, jnp.asarray([L]), None, jnp.asarray([4]))
@@ -142,26 +147,22 @@ def test_window_cells_see_exactly_their_trajectory(target):
                                    atol=2e-5)  # fmt: skip
 
 
-def _pool(H=4, G=2, n=2):
-    return (
-        jnp.full((H, G), -1, jnp.int32),
-        jnp.zeros((H, G, n), jnp.int32),
-        jnp.full((H, G), -1, jnp.int32),
-        jnp.zeros((), jnp.int32),
-    )
+def _row(pool, b=0):
+    return jax.tree.map(lambda x: x[b], pool)
 
 
-def _entries(pool, key):
-    keys, grams, stamps, _ = (np.asarray(x) for x in pool)
-    b = key % keys.shape[0]
-    live = sorted((s, tuple(g)) for k, g, s in zip(keys[b], grams[b], stamps[b], strict=True)
-                  if k == key)  # fmt: skip
-    return [g for _, g in live]  # oldest first
+def _entries(row, key):
+    """One row's n-grams under `key`, oldest first."""
+    slot = int(row.slot_of[key])
+    if slot < 0:
+        return []
+    stamps, grams = np.asarray(row.stamp[slot]), np.asarray(row.grams[slot])
+    return [tuple(grams[j].tolist()) for j in np.argsort(stamps) if stamps[j] >= 0]
 
 
 def test_pool_insert_refresh_and_lru_eviction():
     ins = jax.jit(pool_insert)
-    pool = _pool()
+    pool = _row(NgramPool.empty(1, V=8, K=4, G=2, n=2))
     for gram in ([2, 3], [4, 5]):
         pool = ins(pool, 1, jnp.asarray(gram), True)
     assert _entries(pool, 1) == [(2, 3), (4, 5)]
@@ -175,15 +176,93 @@ def test_pool_insert_refresh_and_lru_eviction():
     assert _entries(pool, 2) == []
 
 
+def test_pool_matches_the_reference_dict_with_lru_over_keys():
+    """Random inserts against the reference's dict of per-key LRU lists (at most G each),
+    bounded to K keys by evicting the key inserted or refreshed longest ago; lookups (most
+    recent first) agree after every insert."""
+    V, K, G, n = 12, 3, 2, 1
+    rng = np.random.default_rng(0)
+    ins, look = jax.jit(pool_insert), jax.jit(NgramPool.lookup)
+    pool, model = _row(NgramPool.empty(1, V, K, G, n)), collections.OrderedDict()
+    for _ in range(120):
+        key, gram, ok = int(rng.integers(0, 6)), int(rng.integers(0, 3)), rng.random() < 0.9
+        pool = ins(pool, key, jnp.asarray([gram]), ok)
+        if ok:
+            grams = model.pop(key, [])
+            if gram in grams:
+                grams.remove(gram)
+            model[key] = (grams + [gram])[-G:]
+            if len(model) > K:
+                model.popitem(last=False)
+        every = jax.tree.map(lambda x: jnp.broadcast_to(x, (V, *x.shape)), pool)  # V rows
+        got, found = look(every, jnp.arange(V, dtype=jnp.int32))  # row k looks key k up
+        for k in range(V):
+            want = model.get(k, [])[::-1]
+            assert np.asarray(got)[k, : len(want), 0].tolist() == want, (k, model)
+            assert np.asarray(found)[k].tolist() == [True] * len(want) + [False] * (G - len(want))
+
+
+def _stub_target(vocab_size):
+    return types.SimpleNamespace(config=types.SimpleNamespace(vocab_size=vocab_size))
+
+
+def test_colliding_keys_keep_their_own_ngrams_on_a_large_vocabulary():
+    """Keys MAX_POOL_KEYS apart (one bucket of the old hashed pool) each keep their own G
+    n-grams and drop their own least recently used one."""
+    cfg = spec_config.parse({"method": "lookahead", **SMALL}, temperature=0.0)  # G=2, n=2
+    proposer, _ = LookaheadProposer.build(cfg, _stub_target(20_000), None)
+    a, b = 5, 5 + MAX_POOL_KEYS
+    seq = [a, 1, 2, a, 3, 4, b, 6, 7, b, 8, 9, a, 10, 11]  # a's (1, 2) is its oldest: dropped
+    prompt = jnp.asarray([seq, seq], jnp.int32)
+    lens = jnp.asarray([len(seq)] * 2)
+    ctx = Context(sj.SamplingParams(), cache_len=64, max_positions=128)
+    state = jax.jit(lambda p, n: proposer.init(ctx, None, (), p, n, None, n * 0))(prompt, lens)
+    view = StepInput(pstate=state, root=jnp.asarray([a, b]), lengths=lens,
+                     active=jnp.asarray([True, True]))  # fmt: skip
+    draft, _ = jax.jit(lambda v: proposer.propose(ctx, None, (), v, None))(view)
+    assert np.asarray(draft.tokens).tolist() == [[a, 10, 11, 3, 4], [b, 8, 9, 6, 7]]
+    assert np.asarray(draft.valid).all()
+
+
+def test_frozen_row_commit_leaves_its_pool():
+    """A row that commits nothing inserts nothing (its inserts are masked); the other row's
+    window columns and committed n-grams go in."""
+    proposer = LookaheadProposer(window=2, ngram_size=3, max_candidates=2, seed_pool=True,
+                                 vocab=64, key_slots=8)  # fmt: skip
+    ctx = Context(sj.SamplingParams(), cache_len=64, max_positions=128)
+    prompt = jnp.asarray([[1, 2, 3, 4, 5], [1, 2, 3, 4, 5]], jnp.int32)
+    lens = jnp.asarray([5, 5])
+    state = jax.jit(lambda p, n: proposer.init(ctx, None, (), p, n, None, n * 0))(prompt, lens)
+    state = state.replace(window=jnp.asarray([[[20, 21], [22, 23]]] * 2, jnp.int32),
+                          filled=jnp.asarray([2, 2]))  # fmt: skip
+    root = jnp.asarray([6, 6])
+    view = StepInput(pstate=state, root=root, lengths=lens, active=jnp.asarray([True, False]))
+    P1, E, V = 5, 4, 64
+    logits = jax.nn.one_hot(jnp.full((2, P1 + E), 30), V)  # the newest level predicts 30
+    accepted = jnp.asarray([[7, 8, 0], [7, 8, 0]], jnp.int32)  # [B, M]: root 6, then 7
+
+    @jax.jit
+    def commit(view, state, logits, accepted, n_commit):
+        verified = types.SimpleNamespace(logits=logits)
+        result = types.SimpleNamespace(tokens=accepted)
+        return proposer.commit(ctx, None, (), view, state, verified, result, n_commit)
+
+    after = commit(view, state, logits, accepted, jnp.asarray([2, 0]))
+    moved, frozen = _row(after.pool, 0), _row(after.pool, 1)
+    assert _entries(moved, 20) == [(22, 30)] and _entries(moved, 21) == [(23, 30)]
+    assert _entries(moved, 4) == [(5, 6)] and _entries(moved, 5) == [(6, 7)]
+    jax.tree.map(np.testing.assert_array_equal, frozen, _row(state.pool, 1))
+    assert np.asarray(after.window[1]).tolist() == [[20, 21], [22, 23]]
+
+
 def test_pool_seeded_from_the_prompt_and_looked_up_per_row(target):
     proposer = LookaheadProposer(window=2, ngram_size=3, max_candidates=2, seed_pool=True,
-                                 buckets=32)  # fmt: skip
+                                 vocab=32, key_slots=32)  # fmt: skip
     ctx = Context(sj.SamplingParams(), cache_len=64, max_positions=128)
     prompt = jnp.asarray([[1, 2, 3, 1, 2, 4, 0, 0], [9, 8, 7, 0, 0, 0, 0, 0]], jnp.int32)
     lens = jnp.asarray([6, 3])
     state: LookaheadState = proposer.init(ctx, target, (), prompt, lens, None, lens * 0)
-    row0 = tuple(x[0] for x in (state.pool_key, state.pool_gram, state.pool_stamp, state.clock))
-    row1 = tuple(x[1] for x in (state.pool_key, state.pool_gram, state.pool_stamp, state.clock))
+    row0, row1 = _row(state.pool, 0), _row(state.pool, 1)
     assert _entries(row0, 1) == [(2, 3), (2, 4)]
     assert _entries(row0, 2) == [(3, 1)] and _entries(row0, 3) == [(1, 2)]
     assert _entries(row0, 4) == []  # "4" has no two tokens after it inside the prompt

@@ -19,15 +19,21 @@ target forward holds, after the pending root:
 its first token once the levels above level 0 are all Jacobi outputs; the window drops its
 oldest level and appends the new one (one level per step whatever was accepted, as the
 reference's `ALWAYS_FWD_ONE`; with `lookahead_advance="accepted"` the columns also shift by
-the extra tokens accepted, so every guess keeps its absolute position). The guesses are argmax at every temperature (the reference's
-`TEMP_FOR_GUESS = 0`): they only choose what is verified.
+the extra tokens accepted, so every guess keeps its absolute position). The guesses are argmax
+at every temperature (the reference's `TEMP_FOR_GUESS = 0`): they only choose what is verified.
 
-**The pool** is fixed-size per row: H buckets (the token id modulo H; H = the vocabulary up
-to 8192, so small vocabularies never collide) of G slots, each an n-gram with its key and a
-last-use stamp; inserting an n-gram already there refreshes it, otherwise it replaces the
-bucket's least recently used slot (the reference's per-key LRU list of G). Seeded, when
-`seed_pool_from_prompt`, from the prompt's n-grams and then from every committed token's
-(the reference's `POOL_FROM_PROMPT`). The window starts as tokens drawn from the prompt.
+**The pool** is the reference's dict from key token to its last G n-grams, in static shapes
+per row: K key slots (K = the vocabulary up to MAX_POOL_KEYS, so a vocabulary that small never
+loses a key), a [V] map from token to its slot (-1 = none), and per slot its G n-grams with
+last-use stamps. Inserting an n-gram its key already holds refreshes it, otherwise it replaces
+that key's least recently used n-gram (the reference's per-key LRU list of G). A key not in
+the pool takes the least recently used key slot, empty ones first; when all K are held (the
+reference's dict has no bound), that evicts the key inserted or refreshed longest ago, with
+all its n-grams (LRU over keys: a doubly linked list through the slots, O(1) per insert;
+looking a key up is not a use, as in the reference). Seeded, when `seed_pool_from_prompt`,
+from the prompt's n-grams and then from every committed token's (the reference's
+`POOL_FROM_PROMPT`). The window starts as tokens drawn from the prompt. A frozen row's inserts
+are masked, so a step touches O(1) entries per insert, never the whole map.
 """
 
 from __future__ import annotations
@@ -52,7 +58,53 @@ from specjax.decoding.proposers.ngram_trie import NgramTrie, ngram_trie
 from specjax.decoding.topology import MAX_TREE_NODES
 from specjax.validate import check_int
 
-MAX_POOL_BUCKETS = 8192
+MAX_POOL_KEYS = 8192
+
+
+@struct.dataclass
+class NgramPool:
+    """The n-gram pool of every row (leading axis B); `insert` updates one row's.
+
+    Key slot order for the LRU over keys is a circular doubly linked list through the K slots
+    and a sentinel K: `newer[K]` is the least recently used slot, `older[K]` the most recent.
+    It starts as 0 (least recent) .. K-1, so empty slots are taken in order before any key is
+    evicted.
+    """
+
+    slot_of: jax.Array  # [B, V] int32 key slot holding each token's n-grams (-1 = none)
+    slot_key: jax.Array  # [B, K] int32 token each key slot holds (-1 = empty)
+    newer: jax.Array  # [B, K+1] int32 next more recently used slot (K = sentinel)
+    older: jax.Array  # [B, K+1] int32 next less recently used slot (K = sentinel)
+    grams: jax.Array  # [B, K, G, n] int32 each key's continuations
+    stamp: jax.Array  # [B, K, G] int32 each continuation's last use (-1 = empty; LRU smallest)
+    clock: jax.Array  # [B] int32 insertion counter
+
+    @classmethod
+    def empty(cls, B: int, V: int, K: int, G: int, n: int) -> NgramPool:
+        ring = jnp.arange(K + 1, dtype=jnp.int32)  # [K+1]
+        return cls(
+            slot_of=jnp.full((B, V), -1, jnp.int32),
+            slot_key=jnp.full((B, K), -1, jnp.int32),
+            newer=jnp.broadcast_to(jnp.mod(ring + 1, K + 1), (B, K + 1)),
+            older=jnp.broadcast_to(jnp.mod(ring - 1, K + 1), (B, K + 1)),
+            grams=jnp.zeros((B, K, G, n), jnp.int32),
+            stamp=jnp.full((B, K, G), -1, jnp.int32),
+            clock=jnp.zeros((B,), jnp.int32),
+        )
+
+    def lookup(self, keys):
+        """[B] key tokens -> ([B, G, n] continuations, most recent first; [B, G] present)."""
+        rows = jnp.arange(keys.shape[0])
+        slot = self.slot_of[rows, keys]  # [B]
+        held = jnp.maximum(slot, 0)
+        stamps = self.stamp[rows, held]  # [B, G]
+        found = (slot >= 0)[:, None] & (stamps >= 0)  # [B, G]
+        order = jnp.argsort(-jnp.where(found, stamps, -2), axis=1)  # most recent first
+        grams = jnp.take_along_axis(self.grams[rows, held], order[:, :, None], axis=1)
+        return grams, jnp.take_along_axis(found, order, axis=1)
+
+    def insert(self, key, gram, ok) -> NgramPool:
+        return pool_insert(self, key, gram, ok)
 
 
 @struct.dataclass
@@ -60,36 +112,70 @@ class LookaheadState:
     window: jax.Array  # [B, n, W] int32 guessed tokens, level 0 oldest
     filled: jax.Array  # [B] int32 steps taken (capped at n): levels made by Jacobi updates
     tail: jax.Array  # [B, n] int32 the last n committed tokens (-1 where there are fewer)
-    pool_key: jax.Array  # [B, H, G] int32 key token of each slot (-1 = empty)
-    pool_gram: jax.Array  # [B, H, G, n] int32 the continuation stored in each slot
-    pool_stamp: jax.Array  # [B, H, G] int32 last use (-1 = empty; LRU = smallest)
-    clock: jax.Array  # [B] int32 insertion counter
+    pool: NgramPool
 
 
-def pool_insert(state_row, key, gram, ok):
-    """One row's pool with `key -> gram` inserted (refreshed if present), where `ok`."""
-    pool_key, pool_gram, pool_stamp, clock = state_row
-    H = pool_key.shape[0]
-    b = jnp.mod(jnp.maximum(key, 0), H)
-    keys, grams, stamps = pool_key[b], pool_gram[b], pool_stamp[b]  # [G], [G, n], [G]
-    hit = (keys == key) & jnp.all(grams == gram[None, :], axis=1)  # [G]
-    slot = jnp.where(jnp.any(hit), jnp.argmax(hit), jnp.argmin(stamps))
+def _masked_set(x, i, value, ok):
+    """x with x[i] = value where ok; elsewhere the write goes out of bounds and is dropped, so
+    a masked insert neither reads nor selects x (XLA updates it in place)."""
+    i = i if isinstance(i, tuple) else (i,)
+    i = tuple(jnp.where(ok, j, x.shape[d]) for d, j in enumerate(i))  # out of bounds unless ok
+    return x.at[i].set(value, mode="drop")
+
+
+def _touch(newer, older, s, ok):
+    """Move key slot s to the most recent end of the list (O(1): three reads, six writes)."""
+    end = newer.shape[0] - 1  # the sentinel
+    a, b, mru = older[s], newer[s], older[end]
+    m = jnp.where(mru == s, a, mru)  # the most recent slot once s is unlinked
+    newer = _masked_set(newer, a, b, ok)  # unlink s: a <-> b
+    older = _masked_set(older, b, a, ok)
+    newer = _masked_set(newer, m, s, ok)  # relink it after m
+    older = _masked_set(older, s, m, ok)
+    newer = _masked_set(newer, s, end, ok)
+    older = _masked_set(older, end, s, ok)
+    return newer, older
+
+
+def pool_insert(pool: NgramPool, key, gram, ok) -> NgramPool:
+    """One row's pool (no leading B) with `key -> gram` inserted where `ok` (`NgramPool.insert`).
+
+    The key's n-gram is refreshed if present, else it replaces the key's least recently used
+    one; a key not in the pool takes the least recently used key slot (evicting its key).
+    Either way the key becomes the most recently used.
+    """
     ok = ok & (key >= 0) & jnp.all(gram >= 0)
-    return (
-        pool_key.at[b, slot].set(jnp.where(ok, key, keys[slot])),
-        pool_gram.at[b, slot].set(jnp.where(ok, gram, grams[slot])),
-        pool_stamp.at[b, slot].set(jnp.where(ok, clock, stamps[slot])),
-        clock + ok.astype(jnp.int32),
+    k = jnp.maximum(key, 0)
+    end = pool.newer.shape[0] - 1
+    held = pool.slot_of[k]
+    absent = held < 0
+    s = jnp.where(absent, pool.newer[end], held)  # its slot, or the least recently used
+    gone = pool.slot_key[s]  # the key evicted when absent (-1: the slot was empty)
+    slot_of = _masked_set(pool.slot_of, jnp.maximum(gone, 0), -1, ok & absent & (gone >= 0))
+    slot_of = _masked_set(slot_of, k, s, ok)
+    stamps = jnp.where(absent, -1, pool.stamp[s])  # [G] a new key starts with none
+    grams = pool.grams[s]  # [G, n]
+    hit = (stamps >= 0) & jnp.all(grams == gram[None, :], axis=1)  # [G]
+    j = jnp.where(jnp.any(hit), jnp.argmax(hit), jnp.argmin(stamps))
+    newer, older = _touch(pool.newer, pool.older, s, ok)
+    return NgramPool(
+        slot_of=slot_of,
+        slot_key=_masked_set(pool.slot_key, s, key, ok),
+        newer=newer,
+        older=older,
+        grams=_masked_set(pool.grams, (s, j), gram, ok),
+        stamp=_masked_set(pool.stamp, s, stamps.at[j].set(pool.clock), ok),
+        clock=pool.clock + ok.astype(jnp.int32),
     )
 
 
-def _insert_many(state_row, keys, grams, ok):
-    """Insert [K] keys with [K, n] grams in order (later ones are more recent)."""
+def _insert_many(pool: NgramPool, keys, grams, ok) -> NgramPool:
+    """One row: insert [I] keys with [I, n] grams in order (later ones are more recent)."""
 
     def body(i, carry):
-        return pool_insert(carry, keys[i], grams[i], ok[i])
+        return carry.insert(keys[i], grams[i], ok[i])
 
-    return jax.lax.fori_loop(0, keys.shape[0], body, state_row)
+    return jax.lax.fori_loop(0, keys.shape[0], body, pool)
 
 
 def window_mask(n: int, W: int, P1: int) -> np.ndarray:
@@ -181,25 +267,28 @@ class LookaheadProposer:
         keys_owner="lookahead",
         extra_nodes=True,
     )
+    POOL = NgramPool  # the pool's static-shape implementation: empty, lookup, insert
 
     window: int  # W
     ngram_size: int  # N (candidates and window columns hold n = N - 1 tokens after the key)
     max_candidates: int  # G
     seed_pool: bool
-    buckets: int  # H
+    vocab: int  # V: the token -> key slot map's size
+    key_slots: int  # K: keys the pool holds per row
     advance: str = "level"  # "level" (the reference) or "accepted" (see `commit`)
     max_positions: int | None = None
     tap_layers: tuple[int, ...] = ()
 
     @classmethod
     def build(cls, cfg, target, draft):
-        buckets = min(target.config.vocab_size, MAX_POOL_BUCKETS)
+        V = target.config.vocab_size
         return cls(
             cfg.lookahead_window,
             cfg.ngram_size,
             cfg.max_candidates,
             cfg.seed_pool_from_prompt,
-            buckets,
+            V,
+            min(V, MAX_POOL_KEYS),
             cfg.lookahead_advance,
         ), ()
 
@@ -219,7 +308,7 @@ class LookaheadProposer:
 
     def init(self, ctx: Context, target, params, prompt, prompt_len, prefill, root):
         B, Tp = prompt.shape
-        n, W, G, H = self.n, self.window, self.max_candidates, self.buckets
+        n, W, G = self.n, self.window, self.max_candidates
         # The initial guesses: tokens drawn from each row's prompt (the reference's copy_from).
         pick = jax.random.randint(jax.random.key(0), (B, n, W), 0, 1 << 30)
         idx = jnp.mod(pick, jnp.maximum(prompt_len, 1)[:, None, None])
@@ -227,12 +316,7 @@ class LookaheadProposer:
         t = jnp.arange(n, dtype=jnp.int32)
         at = prompt_len[:, None] - n + t[None, :]  # [B, n] the last n prompt positions
         tail = jnp.where(at >= 0, jnp.take_along_axis(prompt, jnp.maximum(at, 0), axis=1), -1)
-        pool = (
-            jnp.full((B, H, G), -1, jnp.int32),
-            jnp.zeros((B, H, G, n), jnp.int32),
-            jnp.full((B, H, G), -1, jnp.int32),
-            jnp.zeros((B,), jnp.int32),
-        )
+        pool = self.POOL.empty(B, self.vocab, self.key_slots, G, n)
         if self.seed_pool:
             # Every prompt n-gram (prompt[s], prompt[s + 1 .. s + n]), in prompt order.
             s = jnp.arange(Tp, dtype=jnp.int32)
@@ -240,15 +324,11 @@ class LookaheadProposer:
             grams = prompt[:, cols]  # [B, Tp, n]
             ok = (s[None, :] + n) < prompt_len[:, None]  # [B, Tp] the n-gram lies in the prompt
             pool = jax.vmap(_insert_many)(pool, prompt, grams, ok)
-        pool_key, pool_gram, pool_stamp, clock = pool
         return LookaheadState(
             window=window.astype(jnp.int32),
             filled=jnp.zeros((B,), jnp.int32),
             tail=tail.astype(jnp.int32),
-            pool_key=pool_key,
-            pool_gram=pool_gram,
-            pool_stamp=pool_stamp,
-            clock=clock,
+            pool=pool,
         )
 
     # --------------------------------------------------------------------------- propose
@@ -257,14 +337,7 @@ class LookaheadProposer:
         ps: LookaheadState = step.pstate
         n, W = self.n, self.window
         B = step.root.shape[0]
-        rows = jnp.arange(B)
-        b = jnp.mod(step.root, self.buckets)  # [B]
-        keys, grams = ps.pool_key[rows, b], ps.pool_gram[rows, b]  # [B, G], [B, G, n]
-        stamps = ps.pool_stamp[rows, b]  # [B, G]
-        found = keys == step.root[:, None]  # [B, G]
-        order = jnp.argsort(-jnp.where(found, stamps, -2), axis=1)  # most recent first
-        grams = jnp.take_along_axis(grams, order[:, :, None], axis=1)
-        found = jnp.take_along_axis(found, order, axis=1)
+        grams, found = ps.pool.lookup(step.root)  # [B, G, n], [B, G] most recent first
         tokens, valid, topology = ngram_trie(grams, found)
         tokens = jnp.concatenate([step.root[:, None], tokens], axis=1)  # [B, P+1]
         valid = jnp.concatenate([jnp.ones((B, 1), bool), valid], axis=1)
@@ -292,9 +365,10 @@ class LookaheadProposer:
         cols = jnp.concatenate([ps.window, new[:, None, :]], axis=1)  # [B, n+1, W]
         col_keys = cols[:, 0]  # [B, W]
         col_grams = jnp.swapaxes(cols[:, 1:], 1, 2)  # [B, W, n]
-        ready = (ps.filled >= n - 1)[:, None] & jnp.ones((B, W), bool)
-        pool = (ps.pool_key, ps.pool_gram, ps.pool_stamp, ps.clock)
-        pool = jax.vmap(_insert_many)(pool, col_keys, col_grams, ready)
+        # A frozen row (nothing committed) inserts nothing: masked, not selected afterwards.
+        moved = n_commit > 0  # [B]
+        ready = ((ps.filled >= n - 1) & moved)[:, None] & jnp.ones((B, W), bool)  # [B, W]
+        pool = jax.vmap(_insert_many)(ps.pool, col_keys, col_grams, ready)
         # Committed this step: the root and the accepted drafts (the bonus is the next root).
         M = result.tokens.shape[1]
         seq = jnp.concatenate([ps.tail, step.root[:, None], result.tokens[:, :-1]], axis=1)
@@ -304,10 +378,8 @@ class LookaheadProposer:
             t = jnp.arange(n, dtype=jnp.int32)
             gram_keys = seq[:, p]  # [B, M] seq[n + p - n]
             grams = seq[:, p[:, None] + 1 + t[None, :]]  # [B, M, n]
-            ok = p[None, :] < n_commit[:, None]
+            ok = p[None, :] < n_commit[:, None]  # [B, M] (none where nothing was committed)
             pool = jax.vmap(_insert_many)(pool, gram_keys, grams, ok)
-        pool_key, pool_gram, pool_stamp, clock = pool
-        moved = n_commit > 0
         window = jnp.concatenate([ps.window[:, 1:], new[:, None, :]], axis=1)  # [B, n, W]
         if self.advance == "accepted":
             # Keep every guess at its absolute position: the root moved n_commit positions,
@@ -327,8 +399,5 @@ class LookaheadProposer:
             window=keep(window, ps.window),
             filled=keep(jnp.minimum(ps.filled + 1, n), ps.filled),
             tail=keep(tail, ps.tail),
-            pool_key=keep(pool_key, ps.pool_key),
-            pool_gram=keep(pool_gram, ps.pool_gram),
-            pool_stamp=keep(pool_stamp, ps.pool_stamp),
-            clock=keep(clock, ps.clock),
+            pool=pool,
         )
