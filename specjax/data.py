@@ -7,6 +7,11 @@ and `category` (what kind of text it is; benchmarks report per category). Source
   the running interpreter. Category "code" is the standard library's `.py` source; category
   "prose" is `pydoc_data/topics.py`, the language reference's English text, one document
   per topic.
+- "pair_cycle" (synthetic, no network, seconds to learn): windows of one cyclic sequence of
+  six letters in which the next letter is a function of the last two and of no single one
+  (`pair_cycle_records`). A tiny model learns it in about a hundred steps and continues
+  any window deterministically, so drafters trained on it can be told apart from broken
+  ones: a draft one offset off is right 1 time in 6.
 - a local `.txt` file or a directory of text files (one document per file), a `.json` or
   `.jsonl` file (a configurable text field), through `datasets`' local builders;
 - any other string is a hub dataset name, passed to `datasets.load_dataset` (needs network).
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import logging
 import os
 import sysconfig
@@ -105,6 +111,66 @@ def _embedded_records() -> tuple[tuple[str, str], ...]:
     return tuple(unique)
 
 
+# ------------------------------------------------------------------- the pair-cycle corpus
+
+PAIR_CYCLE = "pair_cycle"
+PAIR_LETTERS = "abcdef"
+
+
+def pair_cycle(m: int) -> list[int]:
+    """A cyclic sequence over m symbols holding each ordered pair exactly once a period (m * m).
+
+    The pair map (a, b) -> (b, perm_b[a]) is a bijection on pairs; the sequence follows it
+    from (0, 0) under the first seed whose map is one cycle through all m * m pairs. Two
+    symbols then fix the next one, and one fixes nothing (each symbol is followed by each of
+    the m, once a period).
+    """
+    check_int("m", m, 2)
+    for seed in itertools.count():
+        rng = np.random.default_rng(seed)
+        perms = rng.permuted(np.tile(np.arange(m), (m, 1)), axis=1)  # perms[b]: a -> next
+        seq, a, b = [], 0, 0
+        while True:
+            seq.append(a)
+            a, b = b, int(perms[b][a])
+            if (a, b) == (0, 0):
+                break
+        if len(seq) == m * m:
+            return seq
+    raise AssertionError("unreachable")
+
+
+def pair_cycle_text(start: int, length: int) -> str:
+    """`length` letters of the six-letter pair cycle from offset `start`, each after a space
+    (" c a f ..."): a byte-level BPE makes every letter one token, the same wherever it is."""
+    cycle = _six_letter_cycle()
+    return "".join(" " + PAIR_LETTERS[cycle[(start + j) % len(cycle)]] for j in range(length))
+
+
+@functools.lru_cache(maxsize=1)
+def _six_letter_cycle() -> tuple[int, ...]:
+    return tuple(pair_cycle(len(PAIR_LETTERS)))
+
+
+def pair_cycle_records(
+    num_documents: int = 300, min_letters: int = 48, max_letters: int = 160, seed: int = 0
+) -> tuple[tuple[str, str], ...]:
+    """(text, category "pair_cycle") of the synthetic corpus: windows of the pair cycle.
+
+    Document i starts at a random offset of the 36-letter cycle and runs a random length
+    in [min_letters, max_letters] (a seeded generator), so documents are long enough that a
+    packed training row rarely crosses a document end; duplicates are dropped (the split
+    hashes content).
+    """
+    rng = np.random.default_rng([seed, zlib.crc32(PAIR_CYCLE.encode())])
+    period = len(PAIR_LETTERS) ** 2
+    texts = [
+        pair_cycle_text(int(rng.integers(period)), int(rng.integers(min_letters, max_letters + 1)))
+        for _ in range(num_documents)
+    ]
+    return tuple((text, PAIR_CYCLE) for text in dict.fromkeys(texts))
+
+
 # ------------------------------------------------------------------- loading
 
 
@@ -124,9 +190,10 @@ def load_text_dataset(
     """Loads a corpus as a Dataset with string columns `text` and `category`.
 
     Args:
-      source: "embedded"; a `.txt` file or a directory of text files (`.txt`, `.text`,
-        `.md`, `.rst`, searched recursively; by default one document per file); a
-        `.json`/`.jsonl` file; otherwise a hub dataset name.
+      source: "embedded"; "pair_cycle" (synthetic, `pair_cycle_records`); a `.txt` file
+        or a directory of text files (`.txt`, `.text`, `.md`, `.rst`, searched
+        recursively; by default one document per file); a `.json`/`.jsonl` file; otherwise
+        a hub dataset name.
       text_field: the column holding the text (json and hub sources).
       category: the category of every row (overrides any category column); default: the
         `category_field` column where the source has one, else the file stem, directory
@@ -150,8 +217,8 @@ def load_text_dataset(
     _check_limit("max_chars", max_chars)
     if sample_by not in ("document", "paragraph", "line"):
         raise ValueError(f"sample_by={sample_by!r} is not one of 'document', 'paragraph', 'line'")
-    if str(source) == "embedded":
-        records = _embedded_records()
+    if str(source) in ("embedded", PAIR_CYCLE):
+        records = _embedded_records() if str(source) == "embedded" else pair_cycle_records()
         if category is not None:
             records = tuple((text, category) for text, _ in records)
         return _from_records(_limit_records(records, max_documents, max_chars))

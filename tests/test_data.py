@@ -65,6 +65,41 @@ def test_split_deterministic_disjoint_stratified():
         data.split_dataset(ds, eval_fraction=1.0, seed=0)
 
 
+def test_pair_cycle_corpus_needs_two_letters_of_context():
+    """The synthetic source: every ordered pair of letters once a period (two letters fix the
+    next), each letter followed by each of the six (one fixes nothing), documents that follow
+    the cycle, and a byte-level BPE that makes every letter one token wherever it stands."""
+    cycle, m = data.pair_cycle(6), 6
+    assert len({(cycle[i - 1], cycle[i]) for i in range(m * m)}) == m * m
+    for a in range(m):
+        assert {cycle[(i + 1) % (m * m)] for i in range(m * m) if cycle[i] == a} == set(range(m))
+    # a draft one offset off (the pending letter repeated) is right 1 time in 6
+    assert sum(cycle[i] == cycle[i - 1] for i in range(m * m)) == m
+    with pytest.raises(ValueError, match="m=1"):
+        data.pair_cycle(1)
+
+    ds = data.load_text_dataset(data.PAIR_CYCLE)
+    assert ds.column_names == ["text", "category"] and set(ds["category"]) == {data.PAIR_CYCLE}
+    texts = list(ds["text"])
+    assert len(texts) > 200 and len(set(texts)) == len(texts)
+    assert texts == list(data.load_text_dataset(data.PAIR_CYCLE)["text"])  # deterministic
+    spelled = lambda ids: "".join(" " + data.PAIR_LETTERS[i] for i in ids)  # noqa: E731
+    after = {(cycle[i - 2], cycle[i - 1]): cycle[i] for i in range(m * m)}
+    for text in texts:
+        x = [data.PAIR_LETTERS.index(c) for c in text[1::2]]
+        assert text == spelled(x) and len(x) >= 48
+        assert all(after[x[i - 2], x[i - 1]] == x[i] for i in range(2, len(x)))
+    assert data.pair_cycle_text(3, 4) == spelled(cycle[3:7])
+
+    tok = train_bpe(texts, vocab_size=512)
+    ids = {c: tok.encode(" " + c) for c in data.PAIR_LETTERS}
+    assert all(len(v) == 1 for v in ids.values())
+    assert tok.encode(texts[0]) == [ids[c][0] for c in texts[0][1::2]]
+    _, eval_ = data.split_dataset(ds, eval_fraction=0.05, seed=0)
+    prompts = data.held_out_prompts(eval_, tok, num_prompts=8, prompt_tokens=16, seed=0)
+    assert [c for c, _ in prompts] == [data.PAIR_CYCLE] * 8
+
+
 def test_split_keeps_small_categories_in_both():
     from datasets import Dataset
 
