@@ -25,9 +25,11 @@ from specjax.kernels import build
 
 ENV = "SPECJAX_CPU_KERNEL"
 LANES = 16  # output columns per panel (the kernel's `kLanes`)
-# Activation rows up to which the kernel beats XLA's dot over the same weights (measured:
-# BENCHMARKS.md "Few-row kernel"); above it XLA's GEMM, over the panels as stored.
-MAX_KERNEL_ROWS = 64
+# Activation rows up to which the kernel beats XLA's dot over the same (packed) weights; above
+# it XLA's GEMM over the panels as stored. Measured on an AVX2-only AMD EPYC (BENCHMARKS.md
+# "Few-row kernel"): the kernel is ahead up to about 256 rows (a batch-8 verify block of 17
+# nodes is 136) and behind from about 300. 64 before the AVX2 tiles were fixed.
+MAX_KERNEL_ROWS = 256
 
 
 @struct.dataclass

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -35,38 +36,54 @@ namespace ffi = xla::ffi;
 namespace {
 
 constexpr int kLanes = 16;  // output columns per panel
-typedef float v16 __attribute__((vector_size(64)));
 
-// Register tile: ROWS rows x COLS panels. With AVX-512 a v16 is one zmm (32 registers);
-// with AVX2 it is two ymm (16 registers), so the tile is smaller there.
+// The accumulator vector is the CPU's native width: one zmm (16 floats) with AVX-512, one
+// ymm (8 floats) otherwise, so a panel's 16 columns are kSub vectors. A 64-byte vector type
+// on an AVX2 target is lowered by GCC through the stack (scalar broadcasts, spilled
+// accumulators: 3x slower than XLA's dot, measured on an AVX2-only AMD EPYC), so the type
+// must never be wider than the registers.
+#if defined(__AVX512F__)
+constexpr int kVecLanes = 16;
+#elif defined(__AVX__)
+constexpr int kVecLanes = 8;
+#else
+constexpr int kVecLanes = 4;
+#endif
+constexpr int kSub = kLanes / kVecLanes;  // vectors per panel row
+typedef float vf __attribute__((vector_size(kVecLanes * 4)));
+
+// Register tile: ROWS rows x COLS panels, ROWS * COLS * kSub accumulators. AVX-512 has 32
+// vector registers, AVX2 16, so the tile is smaller there.
 // Wider tiles (more panels in flight per k) for products of at most kWideRows rows: measured
 // slower at 1-2 rows on the AVX-512 machine (29 vs 37 GB/s, BENCHMARKS.md "Few-row kernel"),
-// so kWideRows = 0 keeps them off; the switch stays for CPUs where it pays.
+// so kWideRows = 0 keeps them off there; with AVX2 a one-panel tile of 1-2 rows holds too few
+// accumulators to hide the FMA latency, so two panels are in flight (measured, same section).
 #if defined(__AVX512F__)
 constexpr int kRows = 8;
 constexpr int kCols = 2;
 constexpr int kWideCols = 4;
+constexpr int kWideRows = 0;
 #else
 constexpr int kRows = 4;
 constexpr int kCols = 1;
 constexpr int kWideCols = 2;
+constexpr int kWideRows = 2;  // one panel's 2 accumulators a row are FMA-latency bound
 #endif
-constexpr int kWideRows = 0;
 
-inline v16 load16(const float* p) {
-  v16 v;
+inline vf loadv(const float* p) {
+  vf v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
 
 // bfloat16 is the top half of a float32: widen by shifting into the high 16 bits.
-inline v16 load16(const uint16_t* p) {
-  typedef uint32_t u16x __attribute__((vector_size(64), aligned(2)));
-  typedef uint16_t h16 __attribute__((vector_size(32), aligned(2)));
-  h16 h;
+inline vf loadv(const uint16_t* p) {
+  typedef uint32_t u32x __attribute__((vector_size(kVecLanes * 4)));
+  typedef uint16_t h16x __attribute__((vector_size(kVecLanes * 2)));
+  h16x h;
   std::memcpy(&h, p, sizeof(h));
-  u16x wide = __builtin_convertvector(h, u16x) << 16;
-  v16 v;
+  u32x wide = __builtin_convertvector(h, u32x) << 16;
+  vf v;
   std::memcpy(&v, &wide, sizeof(v));
   return v;
 }
@@ -82,23 +99,26 @@ struct Problem {
 // One tile: rows [r0, r0 + R) of panels [nb, nb + C) of matrix g.
 template <typename W, int R, int C>
 void tile(const Problem& p, int64_t g, int64_t nb, int64_t r0) {
+  constexpr int V = C * kSub;  // accumulator vectors per row
   const int64_t K = p.K;
   const float* x = p.x + (g * p.T + r0) * K;
   const W* w = static_cast<const W*>(p.w) + (g * p.NB + nb) * K * kLanes;
-  v16 acc[R][C];
+  vf acc[R][V];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
-#pragma GCC unroll 2
-    for (int c = 0; c < C; ++c) acc[r][c] = v16{};
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) acc[r][v] = vf{};
   for (int64_t k = 0; k < K; ++k) {
-    v16 wk[C];
-#pragma GCC unroll 2
-    for (int c = 0; c < C; ++c) wk[c] = load16(w + (c * K + k) * kLanes);
+    vf wk[V];
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      wk[v] = loadv(w + ((v / kSub) * K + k) * kLanes + (v % kSub) * kVecLanes);
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const float xr = x[r * K + k];
-#pragma GCC unroll 2
-      for (int c = 0; c < C; ++c) acc[r][c] += xr * wk[c];
+      const vf xr = vf{} + x[r * K + k];  // broadcast
+#pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) acc[r][v] += xr * wk[v];
     }
   }
   for (int c = 0; c < C; ++c) {
@@ -106,13 +126,9 @@ void tile(const Problem& p, int64_t g, int64_t nb, int64_t r0) {
     const int64_t width = std::min<int64_t>(kLanes, p.N - col);
     for (int r = 0; r < R; ++r) {
       float* out = p.y + (g * p.T + r0 + r) * p.N + col;
-      if (width == kLanes) {
-        std::memcpy(out, &acc[r][c], sizeof(v16));
-      } else {
-        float tmp[kLanes];
-        std::memcpy(tmp, &acc[r][c], sizeof(v16));
-        std::memcpy(out, tmp, width * sizeof(float));
-      }
+      float tmp[kLanes];
+      std::memcpy(tmp, &acc[r][c * kSub], sizeof(tmp));
+      std::memcpy(out, tmp, width * sizeof(float));
     }
   }
 }
@@ -184,6 +200,8 @@ void drain(Shared& s) {
 
 // Below this many multiply-adds one thread is faster than waking another.
 constexpr int64_t kParallelMinMacs = 1 << 18;
+// Pause instructions before the waiting thread yields its core (about 10-100 us).
+constexpr int64_t kSpinsBeforeYield = 1 << 12;
 
 ffi::Error run(ffi::ThreadPool pool, const float* x, const void* w, bool bf16,
                ffi::Span<const int64_t> xd, ffi::Span<const int64_t> wd, float* y,
@@ -215,10 +233,18 @@ ffi::Error run(ffi::ThreadPool pool, const float* x, const void* w, bool bf16,
     pool.Schedule([shared]() { drain(*shared); });
   }
   drain(*shared);
-  while (shared->done.load(std::memory_order_acquire) < shared->items) {
+  // Wait for the chunks other workers still hold. Spin briefly (a chunk takes microseconds),
+  // then yield: on a busy machine a worker can be preempted mid-chunk, and spinning through
+  // its time slice would keep it off the core it needs.
+  for (int64_t spins = 0; shared->done.load(std::memory_order_acquire) < shared->items;
+       ++spins) {
+    if (spins < kSpinsBeforeYield) {
 #if defined(__x86_64__)
-    __builtin_ia32_pause();
+      __builtin_ia32_pause();
 #endif
+    } else {
+      std::this_thread::yield();
+    }
   }
   return ffi::Error::Success();
 }
