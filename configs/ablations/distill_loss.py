@@ -9,7 +9,10 @@ T=1 from chat instructions, benchmarked on Spec-Bench at T=0 and T=1) with one l
 (the acceptance loss 1 - sum min(p, q)), at training temperature 1 or 2 ("ce" has none). The
 self-distilled rows are cached under each point's workdir; pass
 `--config.medusa.data.cache_dir=<dir> --config.eagle3.data.cache_dir=<dir>` to share them.
-Read tau per method at T=0 and T=1 in each point's report.md.
+Read tau per method at T=0 and T=1 in each point's report.md. For EAGLE the "ce" point and
+"kl" at temperature 1 train the same drafter (soft CE and forward KL to one law differ by its
+entropy, a constant: equal gradients; experiments/LOG.md 2026-12-03); for Medusa they differ
+("ce" is hard labels there).
 """
 
 from configs import smollm2
