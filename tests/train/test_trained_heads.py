@@ -19,7 +19,6 @@ CPU: trained Medusa heads u = (0.95, 0.91, 0.81), tau 3.45; the trained EAGLE-3 
 offset early (0.20, 0.01, 0.01), tau 1.21; the untrained drafter (0, 0, 0), tau 1.0.
 """
 
-import itertools
 import string
 
 import jax.numpy as jnp
@@ -30,6 +29,7 @@ from flax import nnx
 import specjax as sj
 from configs import train_eagle, train_medusa
 from configs import train_lm as train_lm_configs
+from specjax import data
 from specjax.decoding.engine import acceptance_rates
 from specjax.train import eagle as te
 from specjax.train import heads as th
@@ -43,23 +43,7 @@ THRESHOLDS = (0.6, 0.5, 0.4)
 MIN_TAU = 2.4
 
 
-def pair_cycle(m: int) -> list[int]:
-    """A cyclic sequence over m symbols holding each ordered pair once: the pair map
-    (a, b) -> (b, perm_b[a]) (a bijection) for the first seed under which it is one cycle."""
-    for seed in itertools.count():
-        rng = np.random.default_rng(seed)
-        perms = rng.permuted(np.tile(np.arange(m), (m, 1)), axis=1)  # perms[b]: a -> next
-        seq, a, b = [], 0, 0
-        while True:
-            seq.append(a)
-            a, b = b, int(perms[b][a])
-            if (a, b) == (0, 0):
-                break
-        if len(seq) == m * m:
-            return seq
-
-
-CYCLE = pair_cycle(len(LETTERS))
+CYCLE = data.pair_cycle(len(LETTERS))  # the corpus of the `:tiny` quickstart too
 
 
 def window(start: int, n: int) -> str:
