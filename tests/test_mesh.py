@@ -30,6 +30,8 @@ def run_mesh_suite(marker: str) -> None:
         "tests/mesh",
         "-p",
         "no:cacheprovider",
+        "-n",
+        "0",  # one process: the 8 emulated devices and the mesh fixtures are built once
         "-m",
         marker,
     ]
