@@ -64,7 +64,7 @@ constexpr int kCols = 2;
 constexpr int kWideCols = 4;
 constexpr int kWideRows = 0;
 #else
-constexpr int kRows = 4;
+constexpr int kRows = 6;  // 12 accumulators + 2 weight vectors + 1 broadcast of 16 ymm
 constexpr int kCols = 1;
 constexpr int kWideCols = 2;
 constexpr int kWideRows = 2;  // one panel's 2 accumulators a row are FMA-latency bound
@@ -116,7 +116,9 @@ void tile(const Problem& p, int64_t g, int64_t nb, int64_t r0) {
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const vf xr = vf{} + x[r * K + k];  // broadcast
+      // A scalar times a vector is a broadcast load and an FMA. (`vf{} + x` would add a
+      // zero first, an extra instruction a row, which the compiler must keep: 0 + -0 = +0.)
+      const float xr = x[r * K + k];
 #pragma GCC unroll 8
       for (int v = 0; v < V; ++v) acc[r][v] += xr * wk[v];
     }
@@ -133,28 +135,43 @@ void tile(const Problem& p, int64_t g, int64_t nb, int64_t r0) {
   }
 }
 
-// All rows of panels [nb, nb + C): full ROWS-row passes, then one pass for the remainder.
+// One tile of R rows (R <= kRows), dispatched to its unrolled instance.
 template <typename W, int C>
-void column_group(const Problem& p, int64_t g, int64_t nb) {
-  int64_t r0 = 0;
-  for (; r0 + kRows <= p.T; r0 += kRows) tile<W, kRows, C>(p, g, nb, r0);
-  switch (p.T - r0) {
-#define SPECJAX_REM(n) \
-  case n:              \
-    tile<W, n, C>(p, g, nb, r0); \
+void tile_of(const Problem& p, int64_t g, int64_t nb, int64_t r0, int64_t R) {
+  switch (R) {
+#define SPECJAX_ROWS(n)          \
+  case n:                        \
+    if constexpr (n <= kRows) {  \
+      tile<W, n, C>(p, g, nb, r0); \
+    }                            \
     break;
-    SPECJAX_REM(1)
-    SPECJAX_REM(2)
-    SPECJAX_REM(3)
-#if defined(__AVX512F__)
-    SPECJAX_REM(4)
-    SPECJAX_REM(5)
-    SPECJAX_REM(6)
-    SPECJAX_REM(7)
-#endif
-#undef SPECJAX_REM
+    SPECJAX_ROWS(1)
+    SPECJAX_ROWS(2)
+    SPECJAX_ROWS(3)
+    SPECJAX_ROWS(4)
+    SPECJAX_ROWS(5)
+    SPECJAX_ROWS(6)
+    SPECJAX_ROWS(7)
+    SPECJAX_ROWS(8)
+#undef SPECJAX_ROWS
     default:
       break;
+  }
+}
+
+// All rows of panels [nb, nb + C) in ceil(T / kRows) passes of balanced height (T = 8 on
+// AVX2 is 4 + 4 rows, not 6 + 2): a pass of R rows issues 2R FMAs a k, and below 4 rows too
+// few are in flight to hide the FMA latency, so a short remainder pass costs about as much
+// as a full one.
+template <typename W, int C>
+void column_group(const Problem& p, int64_t g, int64_t nb) {
+  const int64_t passes = (p.T + kRows - 1) / kRows;
+  const int64_t base = p.T / passes, extra = p.T % passes;  // the first `extra` get base + 1
+  int64_t r0 = 0;
+  for (int64_t i = 0; i < passes; ++i) {
+    const int64_t rows = base + (i < extra ? 1 : 0);
+    tile_of<W, C>(p, g, nb, r0, rows);
+    r0 += rows;
   }
 }
 
