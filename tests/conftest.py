@@ -63,5 +63,21 @@ def tiny_bench_pair():
 
 
 @pytest.fixture(scope="session")
+def small_ds():
+    """A small slice of the embedded corpus (the data and batching tests)."""
+    from specjax import data
+
+    return data.load_text_dataset("embedded", max_documents=40, max_chars=80_000)
+
+
+@pytest.fixture(scope="session")
+def tok(small_ds):
+    """A 512-token BPE tokenizer trained on `small_ds`."""
+    from specjax.io.tokenizer import train_bpe
+
+    return train_bpe(small_ds["text"], vocab_size=512)
+
+
+@pytest.fixture(scope="session")
 def rng():
     return np.random.default_rng(0)

@@ -8,16 +8,6 @@ from specjax import data
 from specjax.io.tokenizer import train_bpe
 
 
-@pytest.fixture(scope="module")
-def small_ds():
-    return data.load_text_dataset("embedded", max_documents=40, max_chars=80_000)
-
-
-@pytest.fixture(scope="module")
-def tok(small_ds):
-    return train_bpe(small_ds["text"], vocab_size=512)
-
-
 def test_embedded_corpus_files():
     files = data.embedded_corpus_files()
     code, prose = files[data.CODE], files[data.PROSE]

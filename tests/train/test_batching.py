@@ -5,19 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from specjax import data
-from specjax.io.tokenizer import train_bpe
 from specjax.train import batching
-
-
-@pytest.fixture(scope="module")
-def small_ds():
-    return data.load_text_dataset("embedded", max_documents=40, max_chars=80_000)
-
-
-@pytest.fixture(scope="module")
-def tok(small_ds):
-    return train_bpe(small_ds["text"], vocab_size=512)
 
 
 def test_pack_shapes_and_values():
