@@ -5,6 +5,14 @@ kind (dot, ynn_fusion, copy fusions, ...) and prints milliseconds per decode ste
 ~110M Llama of `bench_autoregressive.py` (autoregressive) or, with `--method`, for the random
 8x512 pair of `bench_speculative.py` (draft_model chain N=4 or ngram N=4).
 
+`--what heads-step`: the same op breakdown and the wall milliseconds of one step for a trained
+pair (`--target` dir or LM workdir, `--drafter` a Medusa heads or EAGLE drafter dir or
+workdir, e.g. the quickstart's): autoregressive, then the drafter's method on a chain of
+`--depth` drafts and, for EAGLE, on EAGLE-2's dynamic tree (`--depth`, `--top-k`,
+`--total-tokens`; the quickstart's bench uses 4, 2, 6), batch 1, T=0, on a held-out prompt.
+What a step spends outside the target's forward: the drafter's forwards, the tree's
+selection, the verifier.
+
 `--what cost`: wall milliseconds per decode step (median of 5 calls; a 65-token call minus a
 1-token call, over the steps taken) for autoregressive, draft_model chain N=4 and ngram N=4 on
 that pair at T=0, batch 1: what a speculative step costs in plain steps.
@@ -27,6 +35,8 @@ are exactly such M-row matmuls, so this prices them against one-row decoding.
     python experiments/decode_step_profile.py --what step --batch 1
     python experiments/decode_step_profile.py --what step --method ngram
     python experiments/decode_step_profile.py --what cost
+    python experiments/decode_step_profile.py --what heads-step \
+        --target workdirs/quickstart/target --drafter workdirs/quickstart/eagle3
     python experiments/decode_step_profile.py --what ar-step --batch 8
     python experiments/decode_step_profile.py --what attention
     python experiments/decode_step_profile.py --what rows
@@ -52,6 +62,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from bench_autoregressive import bench_config
+from medusa_cost import held_out
 
 import specjax as sj
 from specjax.bench.markdown import table
@@ -139,6 +150,42 @@ def ms_per_step(target, prompts, spec, new: int) -> tuple[float, int]:
     short = statistics.median(call(1)[0] for _ in range(5))
     steps = call(new)[1]
     return 1e3 * (long - short) / steps, steps
+
+
+def heads_step_profile(args) -> dict:
+    target = sj.load_model(args.target)
+    drafter = sj.load_draft(args.drafter, target=target)
+    method = drafter.config.method
+    prompts = held_out(target, 1)[:1]
+    base = {"method": method, "model": drafter, "num_speculative_tokens": args.depth}
+    settings = [("autoregressive", None), (f"{method} chain {args.depth}", base)]
+    if method != "medusa":
+        tree = {"dynamic": {"top_k": args.top_k, "total_tokens": args.total_tokens}}
+        name = f"{method} dynamic d{args.depth} k{args.top_k} n{args.total_tokens}"
+        settings.append((name, {**base, "draft_tree": tree}))
+    result = dict(rows=[])
+    for name, spec in settings:
+
+        def run(spec=spec):
+            return sj.generate(
+                target, prompts, args.new, stop_token_ids=[], speculative_config=spec
+            )
+
+        run()  # compile
+        kinds, out = op_breakdown(run)
+        steps = out.stats["steps"]
+        total = sum(kinds.values()) / 1e3 / steps
+        wall, _ = ms_per_step(target, prompts, spec, args.new)
+        ops = [dict(kind=k, ms_per_step=us / 1e3 / steps) for k, us in kinds.most_common(args.top)]
+        tau = out.stats.get("mean_accepted_length", 1.0)
+        print(f"\n{name}: {steps} steps, tau {tau:.2f}, {wall:.2f} wall ms/step, "
+              f"{total:.2f} ms/step of ops (profiled)")  # fmt: skip
+        cells = [[r["kind"], f"{r['ms_per_step']:.3f}", f"{r['ms_per_step'] / total:.0%}"]
+                 for r in ops]  # fmt: skip
+        print(table(["op kind", "ms / step", "share"], cells, "lrr"))
+        result["rows"].append(dict(setting=name, steps=steps, tau=tau, wall_ms_per_step=wall,
+                                   ops_ms_per_step=total, ops=ops))  # fmt: skip
+    return result
 
 
 def cost_profile(args) -> dict:
@@ -250,8 +297,15 @@ def rows_profile(args) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--what", choices=["step", "cost", "ar-step", "attention", "rows"], default="step"
+        "--what",
+        choices=["step", "heads-step", "cost", "ar-step", "attention", "rows"],
+        default="step",
     )
+    parser.add_argument("--target", help="heads-step: the target's dir or LM workdir")
+    parser.add_argument("--drafter", help="heads-step: Medusa heads or an EAGLE drafter")
+    parser.add_argument("--depth", type=int, default=4, help="heads-step: drafts per step")
+    parser.add_argument("--top-k", type=int, default=2, help="heads-step: dynamic tree top-k")
+    parser.add_argument("--total-tokens", type=int, default=6, help="heads-step: tree drafts")
     parser.add_argument(
         "--method", choices=["autoregressive", "draft_model", "ngram"], default="autoregressive"
     )
@@ -267,10 +321,13 @@ def main():
     )
     parser.add_argument("--out", default=None, help="write the result as JSON here")
     args = parser.parse_args()
+    if args.what == "heads-step" and not (args.target and args.drafter):
+        parser.error("--what heads-step needs --target and --drafter")
     if args.blockdiag_max_t is not None:
         decoder_module.BLOCKDIAG_MAX_T = args.blockdiag_max_t
     result = {
         "step": step_profile,
+        "heads-step": heads_step_profile,
         "cost": cost_profile,
         "ar-step": ar_step_profile,
         "attention": attention_profile,
