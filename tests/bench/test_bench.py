@@ -17,8 +17,6 @@ from specjax.bench.pairs import truncated_draft
 
 REPO = Path(__file__).resolve().parents[2]
 N = 2  # num_speculative_tokens and tree depth: tau_vs_n's N=2 reuses the grid's program
-# one xdist worker runs this module, so the bench fixture (a minute) is built once
-pytestmark = pytest.mark.xdist_group("bench_fixture")
 
 
 @pytest.fixture(scope="module")

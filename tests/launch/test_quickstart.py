@@ -33,8 +33,9 @@ from specjax import data
 from specjax.bench import methods, timing, workload
 
 REPO = Path(__file__).resolve().parents[2]
-# The whole tiny pipeline (two LMs, two head trainers, the benchmark): minutes on 2 cores. One
-# xdist worker runs every test here, so the module's run happens once, not once per worker.
+# The whole tiny pipeline (two LMs, two head trainers, the benchmark): minutes on 2 cores.
+# Under `--dist loadgroup` (.ci/run's slow run) one xdist worker runs every test here, so the
+# pipeline runs once, not once per worker.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_quickstart")]
 
 

@@ -41,8 +41,6 @@ STARTS = range(0, 36, 4)  # nine prompts, each a window of the cycle at its own 
 DRAFTS = 3
 THRESHOLDS = (0.6, 0.5, 0.4)
 MIN_TAU = 2.4
-# one xdist worker runs this module, so its trained target and heads are built once
-pytestmark = pytest.mark.xdist_group("trained_heads")
 
 
 CYCLE = data.pair_cycle(len(LETTERS))  # the corpus of the `:tiny` quickstart too
