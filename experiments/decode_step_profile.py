@@ -126,14 +126,23 @@ def step_profile(args) -> dict:
     run()  # compile
     kinds, out = op_breakdown(run)
     steps = out.stats["steps"]
-    rows = [dict(kind=k, ms_per_step=us / 1e3 / steps) for k, us in kinds.most_common(args.top)]
-    total = sum(kinds.values()) / 1e3 / steps
+    rows, total = per_step(kinds, steps, args.top)
     print(f"{args.method}, batch {args.batch}: {steps} steps, {total:.2f} ms/step of ops")
+    print_ops(rows, total)
+    return dict(method=args.method, batch=args.batch, steps=steps, total_ms=total, ops=rows)
+
+
+def per_step(kinds: collections.Counter, steps: int, top: int) -> tuple[list[dict], float]:
+    """The `top` op kinds in ms per decode step, and the total of all kinds."""
+    rows = [dict(kind=k, ms_per_step=us / 1e3 / steps) for k, us in kinds.most_common(top)]
+    return rows, sum(kinds.values()) / 1e3 / steps
+
+
+def print_ops(rows: list[dict], total: float) -> None:
     cells = [
         [r["kind"], f"{r['ms_per_step']:.3f}", f"{r['ms_per_step'] / total:.0%}"] for r in rows
     ]
     print(table(["op kind", "ms / step", "share"], cells, "lrr"))
-    return dict(method=args.method, batch=args.batch, steps=steps, total_ms=total, ops=rows)
 
 
 def ms_per_step(target, prompts, spec, new: int) -> tuple[float, int]:
@@ -174,15 +183,12 @@ def heads_step_profile(args) -> dict:
         run()  # compile
         kinds, out = op_breakdown(run)
         steps = out.stats["steps"]
-        total = sum(kinds.values()) / 1e3 / steps
+        ops, total = per_step(kinds, steps, args.top)
         wall, _ = ms_per_step(target, prompts, spec, args.new)
-        ops = [dict(kind=k, ms_per_step=us / 1e3 / steps) for k, us in kinds.most_common(args.top)]
         tau = out.stats.get("mean_accepted_length", 1.0)
         print(f"\n{name}: {steps} steps, tau {tau:.2f}, {wall:.2f} wall ms/step, "
               f"{total:.2f} ms/step of ops (profiled)")  # fmt: skip
-        cells = [[r["kind"], f"{r['ms_per_step']:.3f}", f"{r['ms_per_step'] / total:.0%}"]
-                 for r in ops]  # fmt: skip
-        print(table(["op kind", "ms / step", "share"], cells, "lrr"))
+        print_ops(ops, total)
         result["rows"].append(dict(setting=name, steps=steps, tau=tau, wall_ms_per_step=wall,
                                    ops_ms_per_step=total, ops=ops))  # fmt: skip
     return result
