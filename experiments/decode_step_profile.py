@@ -22,10 +22,11 @@ that pair at T=0, batch 1: what a speculative step costs in plain steps.
 tokens): what a decode-step change buys, without transformers in the loop. Run it under
 `XLA_FLAGS=...` or `taskset` to price a flag.
 
-`--what attention`: `attend` (einsum; transposes each layer's cache slice) vs `attend_blockdiag`
-(reads the cache rows as stored, K times the multiply-adds), per layer, for 12 layers of a
-stacked [L, B, S, K, H] cache, at the query-block sizes of decoding and verification. The
-decoder picks `attend_blockdiag` for blocks of up to `BLOCKDIAG_MAX_T` tokens.
+`--what attention`: specjax's `attend` over a head-major [L, B, K, S, H] cache (the layout of
+`KVCache`) against the two slot-major [L, B, S, K, H] forms it replaced: the einsum (XLA:CPU
+copies a transposed K and V slice per layer) and the block-diagonal form (the cache rows as
+stored, K times the multiply-adds), per layer over 12 layers, at the query-block sizes of
+decoding, verification and prefill.
 
 `--what rows`: a chain of 12 (up, down) projection pairs (D=768, F=2048, 151 MB of float32
 weights) applied to M = 1, 2, 5, 8, 16 rows, with the weights stored
@@ -67,8 +68,7 @@ from medusa_cost import held_out
 import specjax as sj
 from specjax.bench.markdown import table
 from specjax.bench.pairs import truncated_draft
-from specjax.models import decoder as decoder_module
-from specjax.models.decoder import attend, attend_blockdiag
+from specjax.models.decoder import MASKED, attend
 
 
 def op_breakdown(run) -> collections.Counter:
@@ -230,27 +230,64 @@ def _layers(fn):
     return run
 
 
+def slot_major_einsum(q, k, v, mask, scale):
+    """The attention of a slot-major cache (k, v [B, S, K, H]), as specjax had it before."""
+    B, T, N, H = q.shape
+    K = k.shape[2]
+    q = q.reshape(B, T, K, N // K, H)
+    scores = jnp.einsum("btkgh,bskh->bkgts", q, k, preferred_element_type=jnp.float32) * scale
+    probs = jax.nn.softmax(jnp.where(mask[:, None, None], scores, MASKED), axis=-1)
+    v = jnp.where(jnp.any(mask, axis=1)[:, :, None, None], v, 0.0)
+    return jnp.einsum("bkgts,bskh->btkgh", probs, v).reshape(B, T, N, H)
+
+
+def slot_major_blockdiag(q, k, v, mask, scale):
+    """The block-diagonal form over a slot-major cache: each query head in its KV head's slice
+    of a zero [K*H] row, one matmul against the [S, K*H] cache rows (K x the multiply-adds)."""
+    B, T, N, H = q.shape
+    S, K = k.shape[1], k.shape[2]
+    G = N // K
+    eye = jnp.eye(K, dtype=q.dtype)
+    qbd = jnp.einsum("btkgh,kj->btkgjh", q.reshape(B, T, K, G, H), eye).reshape(B, T * N, K * H)
+    scores = jnp.einsum("bmc,bsc->bms", qbd, k.reshape(B, S, K * H)) * scale
+    scores = jnp.where(mask[:, :, None], scores.reshape(B, T, N, S), MASKED)
+    probs = jax.nn.softmax(scores, axis=-1).reshape(B, T * N, S)
+    v = jnp.where(jnp.any(mask, axis=1)[:, :, None, None], v, 0.0).reshape(B, S, K * H)
+    out = jnp.einsum("bms,bsc->bmc", probs, v).reshape(B, T, K, G, K, H)
+    return jnp.einsum("btkgjh,kj->btkgh", out, eye).reshape(B, T, N, H)
+
+
 def attention_profile(args) -> dict:
     L, H = 12, 64
     shapes = [(1, 1, 256, 12, 12), (1, 2, 256, 12, 12), (1, 4, 256, 12, 12), (1, 8, 256, 12, 12)]
     shapes += [(1, 16, 256, 12, 12), (8, 1, 256, 12, 12), (1, 1, 2048, 12, 12)]
+    shapes += [(1, 1, 256, 6, 2), (1, 7, 256, 6, 2), (1, 16, 256, 6, 2), (8, 7, 256, 6, 2)]
+    shapes += [(1, 1, 1024, 9, 3), (1, 7, 1024, 9, 3), (1, 64, 512, 9, 3)]
     shapes += [(1, 1, 1024, 32, 8), (1, 8, 1024, 32, 8)]
     result = dict(rows=[])
     cells = []
     for B, T, S, N, K in shapes:
         rng = np.random.default_rng(0)
         q = jnp.asarray(rng.standard_normal((B, T, N, H)), jnp.float32)
-        kc = jnp.asarray(rng.standard_normal((L, B, S, K, H)), jnp.float32)
-        vc = jnp.asarray(rng.standard_normal((L, B, S, K, H)), jnp.float32)
+        kc = rng.standard_normal((L, B, S, K, H)).astype(np.float32)  # slot-major
+        vc = rng.standard_normal((L, B, S, K, H)).astype(np.float32)
         visible = np.arange(S)[None, :] < S // 2 + np.arange(T)[:, None]  # [T, S]
         mask = jnp.asarray(np.broadcast_to(visible, (B, T, S)))
-
-        a = _timed(_layers(attend), q, kc, vc, mask) / L
-        b = _timed(_layers(attend_blockdiag), q, kc, vc, mask) / L
-        result["rows"].append(dict(B=B, T=T, S=S, N=N, K=K, attend_ms=a, blockdiag_ms=b))
-        cells.append([B, T, S, N, K, f"{a:.3f}", f"{b:.3f}"])
-    header = ["B", "T", "S", "N", "K", "attend ms/layer", "attend_blockdiag ms/layer"]
-    print(table(header, cells, "rrrrrrr"))
+        slot = (q, jnp.asarray(kc), jnp.asarray(vc), mask)
+        head = (
+            q,
+            jnp.asarray(kc.transpose(0, 1, 3, 2, 4)),
+            jnp.asarray(vc.transpose(0, 1, 3, 2, 4)),
+        )
+        a = _timed(_layers(slot_major_einsum), *slot) / L
+        b = _timed(_layers(slot_major_blockdiag), *slot) / L
+        c = _timed(_layers(attend), *head, mask) / L
+        row = dict(B=B, T=T, S=S, N=N, K=K, slot_einsum_ms=a, slot_blockdiag_ms=b, head_major_ms=c)
+        result["rows"].append(row)
+        cells.append([B, T, S, N, K, f"{a:.3f}", f"{b:.3f}", f"{c:.3f}"])
+    header = ["B", "T", "S", "N", "K", "slot-major einsum", "slot-major block-diag", "head-major"]
+    print("ms per layer")
+    print(table(header, cells, "rrrrrrrr"))
     return result
 
 
@@ -318,19 +355,10 @@ def main():
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--new", type=int, default=129)
     parser.add_argument("--top", type=int, default=10)
-    parser.add_argument(
-        "--blockdiag-max-t",
-        type=int,
-        default=None,
-        help="override specjax.models.decoder.BLOCKDIAG_MAX_T (blocks up to this many tokens "
-        "use the block-diagonal attention; 0 = never)",
-    )
     parser.add_argument("--out", default=None, help="write the result as JSON here")
     args = parser.parse_args()
     if args.what == "heads-step" and not (args.target and args.drafter):
         parser.error("--what heads-step needs --target and --drafter")
-    if args.blockdiag_max_t is not None:
-        decoder_module.BLOCKDIAG_MAX_T = args.blockdiag_max_t
     result = {
         "step": step_profile,
         "heads-step": heads_step_profile,

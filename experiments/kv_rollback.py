@@ -39,7 +39,7 @@ def fresh_cache(model, tokens: list[int], max_len: int) -> KVCache:
 
 
 def poison(cache: KVCache) -> KVCache:
-    stale = (jnp.arange(cache.max_len)[None, :] >= cache.lengths[:, None])[None, :, :, None, None]
+    stale = (jnp.arange(cache.max_len)[None, :] >= cache.lengths[:, None])[None, :, None, :, None]
     junk = jnp.where(jnp.arange(cache.k.shape[-1]) % 2 == 0, jnp.nan, 1e30)
     return cache.replace(k=jnp.where(stale, junk, cache.k), v=jnp.where(stale, junk, cache.v))
 
@@ -81,10 +81,10 @@ def main() -> None:
     ):
         fresh = fresh_cache(model, committed, NEW)
         diff = max(
-            float(jnp.max(jnp.abs(cache.k[:, b, :13] - fresh.k[:, 0, :13]))),
-            float(jnp.max(jnp.abs(cache.v[:, b, :13] - fresh.v[:, 0, :13]))),
+            float(jnp.max(jnp.abs(cache.k[:, b, :, :13] - fresh.k[:, 0, :, :13]))),
+            float(jnp.max(jnp.abs(cache.v[:, b, :, :13] - fresh.v[:, 0, :, :13]))),
         )
-        stale = float(jnp.max(jnp.abs(cache.k[:, b, 13:16])))
+        stale = float(jnp.max(jnp.abs(cache.k[:, b, :, 13:16])))
         report[f"{name}_max_abs_diff_slots_0_12_vs_fresh_prefill"] = diff
         report[f"{name}_stale_slots_13_15_max_abs_k"] = stale
     poisoned = state.replace(

@@ -20,17 +20,23 @@ from flax import struct
 
 @struct.dataclass
 class KVCache:
-    """k, v: [L, B, S, K, H]; lengths: [B] int32 committed tokens per row; max_len = S (static)."""
+    """k, v: [L, B, K, S, H]; lengths: [B] int32 committed tokens per row; max_len = S (static).
 
-    k: jax.Array  # [L, B, S, K, H]
-    v: jax.Array  # [L, B, S, K, H]
+    The buffers are head-major (each KV head's slots contiguous, the layout transformers' caches
+    use): attention over any block size then reads a layer's [B, K, S, H] slice as stored, with
+    K as a leading batch axis of both matmuls. Slot-major [L, B, S, K, H] made XLA:CPU copy a
+    transposed K and V slice per layer for every block over 2 tokens (BENCHMARKS.md, "EAGLE").
+    """
+
+    k: jax.Array  # [L, B, K, S, H]
+    v: jax.Array  # [L, B, K, S, H]
     lengths: jax.Array  # [B] int32
     max_len: int = struct.field(pytree_node=False, default=0)
 
     @classmethod
     def init(cls, num_layers, batch, max_len, num_kv_heads, head_dim, dtype=jnp.float32):
         """Zero-initialised buffers (stale slots must never hold garbage that leaks)."""
-        shape = (num_layers, batch, max_len, num_kv_heads, head_dim)
+        shape = (num_layers, batch, num_kv_heads, max_len, head_dim)
         return cls(
             k=jnp.zeros(shape, dtype),
             v=jnp.zeros(shape, dtype),
@@ -61,19 +67,21 @@ class KVCache:
           k_new, v_new: [B, T, K, H].
           offset: [B] int32 first slot of the block; None = lengths (the usual case).
         Returns:
-          (cache with the block written, k_layer [B, S, K, H], v_layer [B, S, K, H]).
+          (cache with the block written, k_layer [B, K, S, H], v_layer [B, K, S, H]).
         """
         offset = self.lengths if offset is None else offset
         B, T = k_new.shape[:2]
         rows = jnp.arange(B, dtype=jnp.int32)[:, None]  # [B, 1]
         slots = offset[:, None] + jnp.arange(T, dtype=jnp.int32)[None, :]  # [B, T]
-        # One scatter into the whole [L, B, S, K, H] buffer, which XLA updates in place inside the
+        # One scatter into the whole [L, B, K, S, H] buffer, which XLA updates in place inside the
         # decode loop. (A per-row dynamic_update_slice of the layer, then `.at[layer].set`, made
         # XLA copy a layer or the whole cache per layer per step.) Out-of-range slots are dropped,
         # never clamped onto the last slots; callers size caches (or `check_room`) so none occur.
-        k = self.k.at[layer, rows, slots].set(k_new.astype(self.k.dtype), mode="drop")
-        v = self.v.at[layer, rows, slots].set(v_new.astype(self.v.dtype), mode="drop")
-        return self.replace(k=k, v=v), k[layer], v[layer]  # k[layer], v[layer]: [B, S, K, H]
+        # Index (layer, rows, :, slots): the advanced indices broadcast to [B, T] and lead, so the
+        # update is read as [B, T, K, H], the block's own layout.
+        k = self.k.at[layer, rows, :, slots].set(k_new.astype(self.k.dtype), mode="drop")
+        v = self.v.at[layer, rows, :, slots].set(v_new.astype(self.v.dtype), mode="drop")
+        return self.replace(k=k, v=v), k[layer], v[layer]  # k[layer], v[layer]: [B, K, S, H]
 
     def attention_mask(self, block_mask):
         """Which cache slots each new query may see.
@@ -120,9 +128,10 @@ class KVCache:
         src = jnp.where(keep, src, dst)  # [B, M]
         rows = jnp.arange(self.batch)[:, None]  # [B, 1]
 
-        def move(buf):  # [L, B, S, K, H]
-            gathered = buf[:, rows, jnp.clip(src, 0, self.max_len - 1)]  # [L, B, M, K, H]
-            return buf.at[:, rows, jnp.clip(dst, 0, self.max_len - 1)].set(gathered)
+        def move(buf):  # [L, B, K, S, H]
+            # Advanced indices (rows, slots) around a slice lead the result: [B, M, L, K, H].
+            gathered = buf[:, rows, :, jnp.clip(src, 0, self.max_len - 1)]
+            return buf.at[:, rows, :, jnp.clip(dst, 0, self.max_len - 1)].set(gathered)
 
         return self.replace(k=move(self.k), v=move(self.v), lengths=self.lengths + num_tokens)
 

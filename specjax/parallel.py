@@ -300,15 +300,15 @@ def process_local_batch(local, layout: Layout):
 
 def constrain_batch(tree, layout: Layout | None, batch: int):
     """Inside a jit: every array whose leading axis is the batch rows sits over `data`; the
-    KV caches' [L, B, S, K, H] buffers also put K over `model` (where it divides)."""
+    KV caches' [L, B, K, S, H] buffers also put K over `model` (where it divides)."""
     if layout is None:
         return tree
 
     def one(x):
         if not hasattr(x, "ndim"):
             return x
-        if x.ndim == 5 and x.shape[1] == batch:  # a KV buffer [L, B, S, K, H]
-            spec = layout.spec((None, "batch", None, "kv_heads", None), x.shape, "KV cache")
+        if x.ndim == 5 and x.shape[1] == batch:  # a KV buffer [L, B, K, S, H]
+            spec = layout.spec((None, "batch", "kv_heads", None, None), x.shape, "KV cache")
         elif x.ndim >= 1 and x.shape[0] == batch and batch % layout.data == 0:
             spec = P("data", *([None] * (x.ndim - 1)))
         else:

@@ -81,8 +81,8 @@ def test_prefill_keeps_only_committed_slots(decoder, seqs):
     cache = prefilled(decoder, seqs)
     np.testing.assert_array_equal(np.asarray(cache.lengths), LENGTHS)
     # The 16-token block was written everywhere; lengths alone decide what is committed.
-    assert np.all(np.asarray(cache.k)[:, :, :16] != 0) and np.all(
-        np.asarray(cache.k)[:, :, 16:] == 0
+    assert np.all(np.asarray(cache.k)[:, :, :, :16] != 0) and np.all(
+        np.asarray(cache.k)[:, :, :, 16:] == 0
     )
 
 
@@ -135,7 +135,7 @@ def test_advance_then_rollback_changes_nothing(decoder, seqs):
 def test_poisoned_stale_slots_change_nothing(decoder, seqs, poison):
     clean = prefilled(decoder, seqs)
     stale = np.arange(S)[None, :] >= LENGTHS[:, None]  # [B, S]
-    where = jnp.asarray(stale)[None, :, :, None, None]  # [1, B, S, 1, 1]
+    where = jnp.asarray(stale)[None, :, None, :, None]  # [1, B, 1, S, 1]
     dirty = clean.replace(
         k=jnp.where(where, jnp.float32(poison), clean.k),
         v=jnp.where(where, jnp.float32(poison), clean.v),
@@ -169,21 +169,21 @@ def test_poisoned_slots_hidden_from_tree_siblings(decoder, seqs):
 def test_commit_path_gathers_values():
     """Known values per (layer, row, slot): the path's entries land contiguously after lengths."""
     L, B, K, H = 2, 2, 1, 2
-    base = np.arange(L * B * S, dtype=np.float32).reshape(L, B, S, 1, 1)
-    k = jnp.asarray(np.broadcast_to(base, (L, B, S, K, H)))
+    base = np.arange(L * B * S, dtype=np.float32).reshape(L, B, 1, S, 1)
+    k = jnp.asarray(np.broadcast_to(base, (L, B, K, S, H)))
     cache = KVCache(k=k, v=-k, lengths=jnp.asarray([3, 10], jnp.int32), max_len=S)
     # Row 0 accepts block nodes 2 then 4 then 1 (3 entries); row 1 accepts node 3 only.
     path = jnp.asarray([[2, 4, 1], [3, 0, 6]], jnp.int32)
     out = cache.commit_path(path, jnp.asarray([3, 1], jnp.int32))
     np.testing.assert_array_equal(np.asarray(out.lengths), [6, 11])
-    want = np.array(base[..., 0, 0])  # [L, B, S]
+    want = np.array(base[:, :, 0, :, 0])  # [L, B, S]
     for layer in range(L):
-        want[layer, 0, 3:6] = base[layer, 0, [3 + 2, 3 + 4, 3 + 1], 0, 0]
-        want[layer, 1, 10] = base[layer, 1, 10 + 3, 0, 0]
+        want[layer, 0, 3:6] = base[layer, 0, 0, [3 + 2, 3 + 4, 3 + 1], 0]
+        want[layer, 1, 10] = base[layer, 1, 0, 10 + 3, 0]
     got_k, got_v = np.asarray(out.k), np.asarray(out.v)
-    np.testing.assert_array_equal(got_k[..., 0, 0], want)
-    np.testing.assert_array_equal(got_k[..., 0, 1], want)
-    np.testing.assert_array_equal(got_v[..., 0, 0], -want)
+    np.testing.assert_array_equal(got_k[:, :, 0, :, 0], want)
+    np.testing.assert_array_equal(got_k[:, :, 0, :, 1], want)
+    np.testing.assert_array_equal(got_v[:, :, 0, :, 0], -want)
 
 
 def test_commit_path_then_decode_equals_chain(decoder, seqs):

@@ -40,7 +40,7 @@ from flax import nnx
 from specjax.cache import KVCache
 from specjax.models import Decoder, as_model
 from specjax.models.config import ModelConfig, rope_inv_freq
-from specjax.models.decoder import MLP, RMSNorm, _dense, apply_rope, attend, attend_blockdiag
+from specjax.models.decoder import MLP, RMSNorm, _dense, apply_rope, attend
 from specjax.validate import check_int
 
 METHODS = ("eagle", "eagle3")
@@ -288,9 +288,8 @@ class EagleHead(nnx.Module):
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def attend(self, q, k, v, mask):
-        """Attention of q [B, T, N, Hd] over k, v [B, S, K, Hd] with mask [B, T, S]."""
-        fn = attend_blockdiag if q.shape[1] <= 2 else attend
-        return fn(q, k, v, mask, 1.0 / math.sqrt(self.config.layer.head_dim))
+        """Attention of q [B, T, N, Hd] over head-major k, v [B, K, S, Hd] with mask [B, T, S]."""
+        return attend(q, k, v, mask, 1.0 / math.sqrt(self.config.layer.head_dim))
 
     def layer_output(self, residual, attn):
         """The layer's output h (pre-norm) from the residual [B, T, H] and attn [B, T, N, Hd]."""

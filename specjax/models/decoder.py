@@ -23,7 +23,6 @@ from specjax import kernels
 from specjax.cache import KVCache
 from specjax.models.config import ModelConfig, rope_inv_freq
 
-BLOCKDIAG_MAX_T = 2  # blocks of at most this many tokens use `attend_blockdiag` (measured)
 MASKED = -1e30  # finite large negative: a fully masked row stays NaN-free
 
 
@@ -101,55 +100,36 @@ def apply_rope(x, cos, sin):
 
 
 def _visible_values(v, mask):
-    """v [B, S, K, H] with every slot no query may see (mask [B, T, S]) zeroed: such a slot can
+    """v [B, K, S, H] with every slot no query may see (mask [B, T, S]) zeroed: such a slot can
     hold anything (stale, poisoned, NaN), and a zero attention weight times NaN is still NaN."""
     visible = jnp.any(mask, axis=1)  # [B, S]
-    return jnp.where(visible[:, :, None, None], v, jnp.zeros((), v.dtype))
+    return jnp.where(visible[:, None, :, None], v, jnp.zeros((), v.dtype))
 
 
 def attend(q, k, v, mask, scale):
     """Grouped-query attention over all cache slots, masked by index.
 
+    The cache is read as stored: with k, v head-major, KV head is a leading batch axis of both
+    matmuls (scores [B, K, G*T, S], output [B, K, G*T, H]), so only the small query block and
+    its output are transposed, never a cache slice. One path for every block size (decode
+    steps, verify blocks, tree levels, prefill).
+
     Args:
-      q: [B, T, N, H]; k, v: [B, S, K, H]; mask: [B, T, S] bool.
+      q: [B, T, N, H]; k, v: [B, K, S, H]; mask: [B, T, S] bool.
     Returns:
       [B, T, N, H].
     """
     B, T, N, H = q.shape
-    K = k.shape[2]
-    q = q.reshape(B, T, K, N // K, H)  # [B, T, K, G, H]
-    # Scores and softmax in float32 whatever the activation dtype.
-    scores = jnp.einsum("btkgh,bskh->bkgts", q, k, preferred_element_type=jnp.float32) * scale
-    scores = jnp.where(mask[:, None, None], scores, MASKED)  # [B, K, G, T, S]
-    probs = jax.nn.softmax(scores, axis=-1)  # [B, K, G, T, S]
-    out = jnp.einsum("bkgts,bskh->btkgh", probs.astype(v.dtype), _visible_values(v, mask))
-    return out.reshape(B, T, N, H)
-
-
-def attend_blockdiag(q, k, v, mask, scale):
-    """`attend` for short blocks: reads the cache as stored ([B, S, K*H] rows), no transposes.
-
-    Each query head is placed in its KV group's slice of a zero [K*H] row, so one matmul
-    against the cache rows scores every (head, slot) pair; the output keeps the diagonal
-    blocks. It does K times the multiply-adds of `attend`, which is cheap for a few query
-    tokens and saves two cache-sized transposes per layer.
-    """
-    B, T, N, H = q.shape
-    S, K = k.shape[1], k.shape[2]
+    K = k.shape[1]
     G = N // K
-    eye = jnp.eye(K, dtype=q.dtype)  # [K, K]
-    qbd = jnp.einsum("btkgh,kj->btkgjh", q.reshape(B, T, K, G, H), eye).reshape(B, T * N, K * H)
-    scores = (
-        jnp.einsum("bmc,bsc->bms", qbd, k.reshape(B, S, K * H), preferred_element_type=jnp.float32)
-        * scale
-    )  # [B, T*N, S]
-    scores = scores.reshape(B, T, N, S)
-    scores = jnp.where(mask[:, :, None], scores, MASKED)  # [B, T, N, S]
-    probs = jax.nn.softmax(scores, axis=-1).reshape(B, T * N, S)
-    v = _visible_values(v, mask).reshape(B, S, K * H)
-    out = jnp.einsum("bms,bsc->bmc", probs.astype(v.dtype), v)
-    out = jnp.einsum("btkgjh,kj->btkgh", out.reshape(B, T, K, G, K, H), eye)  # [B, T, K, G, H]
-    return out.reshape(B, T, N, H)
+    qh = q.reshape(B, T, K, G, H).transpose(0, 2, 3, 1, 4).reshape(B, K, G * T, H)
+    # Scores and softmax in float32 whatever the activation dtype.
+    scores = jnp.einsum("bkmh,bksh->bkms", qh, k, preferred_element_type=jnp.float32) * scale
+    scores = scores.reshape(B, K, G, T, -1)  # [B, K, G, T, S]
+    scores = jnp.where(mask[:, None, None], scores, MASKED)
+    probs = jax.nn.softmax(scores, axis=-1).reshape(B, K, G * T, -1)  # [B, K, G*T, S]
+    out = jnp.einsum("bkms,bksh->bkmh", probs.astype(v.dtype), _visible_values(v, mask))
+    return out.reshape(B, K, G, T, H).transpose(0, 3, 1, 2, 4).reshape(B, T, N, H)
 
 
 class Attention(nnx.Module):
@@ -197,9 +177,8 @@ class Attention(nnx.Module):
         q, k, v = self.qkv(x)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        cache, k_all, v_all = cache.write_layer(layer, k, v, offset)  # [B, S, K, H] each
-        fn = attend_blockdiag if T <= BLOCKDIAG_MAX_T else attend
-        out = fn(q, k_all, v_all, mask, 1.0 / math.sqrt(self.config.head_dim))  # [B, T, N, H]
+        cache, k_all, v_all = cache.write_layer(layer, k, v, offset)  # [B, K, S, H] each
+        out = attend(q, k_all, v_all, mask, 1.0 / math.sqrt(self.config.head_dim))  # [B, T, N, H]
         out = out.reshape(B, T, -1)  # [B, T, N*H]
         return (self.o_proj(out) if self.config.is_llama else self.c_proj(out)), cache
 

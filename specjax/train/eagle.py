@@ -255,7 +255,9 @@ def unroll(head: EagleHead, target, tokens, feature, steps: int):
         keys.append(key)
         values.append(value)
         mask = jnp.broadcast_to(ttt_mask(T, k), (B, T, (k + 1) * T))  # [B, T, (k+1)T]
-        attn = head.attend(q, jnp.concatenate(keys, 1), jnp.concatenate(values, 1), mask)
+        k_all = jnp.concatenate(keys, 1).transpose(0, 2, 1, 3)  # [B, K, (k+1)T, Hd]
+        v_all = jnp.concatenate(values, 1).transpose(0, 2, 1, 3)
+        attn = head.attend(q, k_all, v_all, mask)
         h = head.layer_output(residual, attn)  # [B, T, H]
         outs.append((h, head.draft_logits(target, h)))
         feature = h  # the next step reads this step's pre-norm output at the same entry

@@ -228,7 +228,7 @@ def _leaves_rank0(draft: sj.Decoder, tokens: list[int], root: int) -> bool:
 def _poison(cache: KVCache) -> KVCache:
     """NaN / huge values in every slot at or after each row's committed length."""
     slots = jnp.arange(cache.max_len)[None, :]  # [1, S]
-    stale = (slots >= cache.lengths[:, None])[None, :, :, None, None]  # [1, B, S, 1, 1]
+    stale = (slots >= cache.lengths[:, None])[None, :, None, :, None]  # [1, B, 1, S, 1]
     junk = jnp.where(jnp.arange(cache.k.shape[-1]) % 2 == 0, jnp.nan, 1e30)  # [H]
     return cache.replace(
         k=jnp.where(stale, junk, cache.k).astype(cache.k.dtype),
@@ -273,7 +273,7 @@ def test_kv_rollback_is_exact(target, tree, noise):
             fresh = _prefill_kv(module, committed, 16)
             for got, want in ((cache.k, fresh.k), (cache.v, fresh.v)):
                 np.testing.assert_allclose(
-                    np.asarray(got[:, b, :13]), np.asarray(want[:, 0, :13]), atol=2e-6, rtol=1e-5
+                    np.asarray(got[:, b, :, :13]), np.asarray(want[:, 0, :, :13]), atol=2e-6, rtol=1e-5
                 )
     # The next step reads only committed slots: poisoning the stale ones changes nothing.
     poisoned = state.replace(

@@ -202,7 +202,7 @@ def test_parameters_and_cache_are_sharded():
     )
     state = engine._generate_jit(static, params, *args)
     spec = tuple(state.cache.k.sharding.spec)
-    assert spec + (None,) * (5 - len(spec)) == (None, "data", None, "model", None)
+    assert spec + (None,) * (5 - len(spec)) == (None, "data", "model", None, None)
     assert state.out.sharding.spec[0] == "data"
 
 
