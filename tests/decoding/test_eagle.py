@@ -336,8 +336,8 @@ def test_drafter_state_after_commits_equals_a_fresh_prefill(target, heads, promp
     np.testing.assert_allclose(np.asarray(a.hidden)[:4], np.asarray(b.hidden)[:4], atol=2e-4)
     for r, n in enumerate(lengths):
         for buf in ("k", "v"):
-            x = np.asarray(getattr(a.cache, buf))[0, r, :n]
-            y = np.asarray(getattr(b.cache, buf))[0, r, :n]
+            x = np.asarray(getattr(a.cache, buf))[0, r, :, :n]
+            y = np.asarray(getattr(b.cache, buf))[0, r, :, :n]
             np.testing.assert_allclose(x, y, atol=2e-4)
 
 
