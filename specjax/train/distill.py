@@ -115,7 +115,7 @@ def self_distill(
 
 def store_features(
     directory: Path, key: dict, fn, tokens: np.ndarray, shapes: dict, *, batch_size: int,
-    progress: bool, mesh=None,
+    progress: bool, mesh=None, dtypes: dict | None = None,
 ) -> dict[str, np.ndarray]:  # fmt: skip
     """`fn(tokens [b, T]) -> {name: [b, ...]}` over every row, stored once as `<name>.npy`.
 
@@ -126,7 +126,8 @@ def store_features(
     collective) and process 0 alone writes.
 
     Args:
-      shapes: {name: per-row shape}; the stores are float32 [N, *shape].
+      shapes: {name: per-row shape}; the stores are [N, *shape].
+      dtypes: {name: numpy dtype} for stores that are not float32 (e.g. token ids).
     Returns:
       {name: array [N, *shape]}, memory-mapped read-only.
     """
@@ -145,7 +146,9 @@ def store_features(
         directory.mkdir(parents=True, exist_ok=True)
         key_path.unlink(missing_ok=True)  # a half-written store is never reused
         out = {
-            n: np.lib.format.open_memmap(p, "w+", np.float32, (N, *shapes[n]))
+            n: np.lib.format.open_memmap(
+                p, "w+", (dtypes or {}).get(n, np.float32), (N, *shapes[n])
+            )
             for n, p in paths.items()
         }
     replicated = None if mesh is None else parallel.layout_of(mesh).replicated()

@@ -171,35 +171,39 @@ def precompute_features(target: Model, rows: dict, directory: Path, taps: tuple[
                         batch_size: int, progress: bool, mesh=None) -> dict:  # fmt: skip
     """The target's features for every row, computed once and stored under `directory`.
 
-    `hidden.npy` [N, T, D] float32 (post-norm last hidden) and, when `taps` is non-empty,
-    `taps.npy` [N, T, len(taps), D] float32 (the residual stream entering each tap layer).
+    `hidden.npy` [N, T, D] float32 (post-norm last hidden), `best.npy` [N, T] int32 (the
+    target's greedy token at every position, so that a step over a reduced draft vocabulary
+    never needs the whole LM head) and, when `taps` is non-empty, `taps.npy` [N, T, len(taps),
+    D] float32 (the residual stream entering each tap layer).
     Reused while rows, target and taps are unchanged (`key.json`). `mesh`: the device mesh
     the target's parameters live on (None: one device).
 
     Returns:
-      {"hidden": array, "taps": array (if taps)}, memory-mapped read-only.
+      {"hidden": array, "best": array, "taps": array (if taps)}, memory-mapped read-only.
     """
     tokens = np.asarray(rows["tokens"])
     key = {
         "target": distill.target_fingerprint(target),
         "rows": hashlib.sha256(tokens.tobytes()).hexdigest(),
         "tap_layers": list(taps),
+        "stores": ["hidden", "best"] + (["taps"] if taps else []),
     }
     graphdef, params = nnx.split(target.module)
 
     @jax.jit
     def forward(p, t):
-        hidden, tapped = _forward(nnx.merge(graphdef, p), t, taps)
-        out = {"hidden": hidden}
+        module = nnx.merge(graphdef, p)
+        hidden, tapped = _forward(module, t, taps)
+        out = {"hidden": hidden, "best": jnp.argmax(module.unembed(hidden), -1).astype(jnp.int32)}
         if taps:
             out["taps"] = jnp.stack(tapped, axis=2)  # [B, T, len(taps), D]
         return out
 
     T, D = tokens.shape[1], target.config.hidden_size
-    shapes = {"hidden": (T, D), **({"taps": (T, len(taps), D)} if taps else {})}
+    shapes = {"hidden": (T, D), "best": (T,), **({"taps": (T, len(taps), D)} if taps else {})}
     return distill.store_features(
         directory, key, lambda t: forward(params, t), tokens, shapes,
-        batch_size=batch_size, progress=progress, mesh=mesh,
+        batch_size=batch_size, progress=progress, mesh=mesh, dtypes={"best": np.int32},
     )  # fmt: skip
 
 
@@ -267,6 +271,10 @@ def unroll(head: EagleHead, target, tokens, feature, steps: int):
 def compute_losses(config, head: EagleHead, target, batch, hidden, taps, steps: int, key=None):
     """(loss [], metrics) of one batch.
 
+    With stored features (`batch["best"]`, the target's greedy tokens) and a reduced draft
+    vocabulary, the target's law is computed at the draft ids only (`Decoder.unembed_at`);
+    otherwise from its whole LM head. Both give the same loss and metrics.
+
     Args:
       config: the run's config (method, loss).
       head: the drafter; target: the target's module.
@@ -276,7 +284,6 @@ def compute_losses(config, head: EagleHead, target, batch, hidden, taps, steps: 
       key: PRNG key of the feature noise (None: no noise, as in eval).
     """
     tokens, mask = batch["tokens"], batch["mask"]
-    target_logits = jax.lax.stop_gradient(target.unembed(hidden))  # [B, T, V] float32
     amplitude = noise_amplitude(config)
     if key is not None and amplitude > 0:
         noisy = lambda x, k: x + jax.random.uniform(k, x.shape, x.dtype, -amplitude, amplitude)  # noqa: E731
@@ -289,11 +296,16 @@ def compute_losses(config, head: EagleHead, target, batch, hidden, taps, steps: 
     draft_ids = in_draft = None
     if head.config.draft_vocab_size < head.config.vocab_size:
         draft_ids, in_draft = head.draft_to_target_ids(), head.t2d[...]
+    if draft_ids is not None and "best" in batch:
+        law = jax.lax.stop_gradient(target.unembed_at(hidden, draft_ids))  # [B, T, Vd]
+        best = batch["best"].astype(jnp.int32)  # [B, T]
+    else:  # once for every step: the law at the draft ids and the greedy token
+        law, best = losses.eagle_targets(jax.lax.stop_gradient(target.unembed(hidden)), draft_ids)
     loss, metrics = jnp.zeros((), jnp.float32), {}
     for k, (_, logits) in enumerate(outs):
         step_loss, m = losses.eagle_step_loss(
-            logits, target_logits, mask, k, draft_ids, in_draft,
-            config.loss.kind, config.loss.temperature,
+            logits, law, mask, k, draft_ids, in_draft,
+            config.loss.kind, config.loss.temperature, target_best=best,
         )  # fmt: skip
         metrics.update({f"step_{k}/{n}": v for n, v in m.items() if n != "coverage" or k == 0})
         if k == 0:

@@ -171,6 +171,21 @@ def test_one_step_ttt_loss_is_the_plain_eagle3_step_loss(target, drafters):
     np.testing.assert_allclose(metrics["step_0/coverage"], kept / total, rtol=1e-6)
     # Later steps weigh decay^k: with decay 0 a 3-step unroll is the one-step loss again.
     np.testing.assert_allclose(ttt(3, 0.0)[0], loss, rtol=1e-6)
+    # Stored features carry the target's greedy tokens: the law is then computed at the draft
+    # ids alone (`unembed_at`), with the same loss and metrics over a 3-step unroll.
+    config.loss.decay = 0.8
+    stored = {**batch, "best": full.argmax(-1).astype(np.int32)}
+    got = jax.jit(lambda: te.compute_losses(config, head, target, stored, hidden, taps, 3))()
+    want = jax.jit(lambda: te.compute_losses(config, head, target, batch, hidden, taps, 3))()
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+    for name, value in want[1].items():
+        np.testing.assert_allclose(got[1][name], value, rtol=1e-5, err_msg=name)
+    np.testing.assert_allclose(
+        target.unembed_at(jnp.asarray(hidden), jnp.asarray(ids)),
+        full[..., ids],
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def test_eagle1_loss_is_smooth_l1_plus_a_tenth_of_the_soft_ce(target, drafters):
@@ -358,14 +373,21 @@ def test_bad_configs_are_refused_by_name(corpus, target_dir, tmp_path, change, m
 
 @pytest.mark.slow
 def test_stored_features_and_taps_train_the_same_drafter(corpus, target_dir, tmp_path):
+    """Live features against stored ones, over a reduced draft vocabulary: the stored run
+    reads the target's greedy tokens from `best.npy` and its law at the draft ids alone."""
     config = eagle_config(corpus, target_dir, num_steps=20, eval_every=20, checkpoint_every=20)
+    config.head.draft_vocab_size = 24
     live = te.train_eagle(config, tmp_path / "live")
     config.features.precompute = True
     stored = te.train_eagle(config, tmp_path / "stored")
-    taps = np.load(tmp_path / "stored" / te.FEATURES / "train" / "taps.npy", mmap_mode="r")
+    store = tmp_path / "stored" / te.FEATURES / "train"
+    taps = np.load(store / "taps.npy", mmap_mode="r")
     assert taps.shape[2:] == (3, 32)  # [N, T, taps, D]
-    np.testing.assert_allclose(stored["top1"], live["top1"], rtol=1e-4)
+    best, hidden = np.load(store / "best.npy"), np.load(store / "hidden.npy")
+    assert best.dtype == np.int32
     target = sj.load_model(target_dir)
+    np.testing.assert_array_equal(best, np.asarray(target.module.unembed(hidden)).argmax(-1))
+    np.testing.assert_allclose(stored["top1"], live["top1"], rtol=1e-4)
     got = final_state(config, tmp_path / "stored", target)
     want = final_state(config, tmp_path / "live", target)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):

@@ -154,6 +154,21 @@ def test_eagle_tv_step_loss_over_a_reduced_draft_vocabulary():
             vals.append(1 - np.minimum(p, q).sum())
     assert 0 < len(vals) < B * (T - step - 2)
     np.testing.assert_allclose(loss, np.mean(vals), rtol=1e-4)
+    # The same loss and metrics from the targets computed once for every step (the trainer's
+    # path): the law restricted to the draft ids and the argmax over the whole vocabulary.
+    law, best = losses.eagle_targets(jnp.asarray(target), jnp.asarray(draft_ids))
+    once, m_once = losses.eagle_step_loss(
+        jnp.asarray(draft), law, jnp.asarray(mask), step,
+        jnp.asarray(draft_ids), jnp.asarray(in_draft), "tv", temp, target_best=best,
+    )  # fmt: skip
+    _, m_direct = losses.eagle_step_loss(
+        jnp.asarray(draft), jnp.asarray(target), jnp.asarray(mask), step,
+        jnp.asarray(draft_ids), jnp.asarray(in_draft), "tv", temp,
+    )  # fmt: skip
+    np.testing.assert_allclose(once, loss, rtol=1e-6)
+    for name in ("ce", "top1", "coverage"):
+        np.testing.assert_allclose(m_once[name], m_direct[name], rtol=1e-6)
+    assert 0 < float(m_once["coverage"]) < 1  # some greedy tokens are undraftable
 
 
 @pytest.mark.parametrize(
