@@ -20,8 +20,10 @@ quickstart's stages, without the draft LM: SmolLM2 has no smaller sibling with i
   4. the bench on Spec-Bench's questions (every category, chat-templated), T = 0 and 1,
      batch 1 and 8, against specjax's own AR; report and plots as the quickstart writes.
 
-Expect (2-core AMD EPYC with AVX-512): 36 minutes from a fresh workdir on a quiet machine
-(2026-12-04: every compile of the 30-layer target paid once); on 2026-12-03, shared with other
+Expect (2-core AMD EPYC with AVX-512): 27 minutes from a fresh workdir on a quiet machine
+(2026-12-04, after the EAGLE-3 step and head-major cache changes: distillation + Medusa 10.8,
+EAGLE-3 6.4, bench 9.9), 36 on a slower day of the same machine before them (every compile
+of the 30-layer target paid once); on 2026-12-03, shared with other
 jobs but with a warm compilation cache in the workdir, about 31 minutes: self-distillation of 96 rows 2 min, Medusa-1 150 steps 7.5 min (rows
 cropped to the loss), EAGLE-3 150 steps 8.5 min, the bench at batch 1 (12 categories, 4
 methods + AR, T = 0 and 1) 12 min, most of it compiles (one per method, prompt bucket and
