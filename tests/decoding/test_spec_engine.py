@@ -273,7 +273,10 @@ def test_kv_rollback_is_exact(target, tree, noise):
             fresh = _prefill_kv(module, committed, 16)
             for got, want in ((cache.k, fresh.k), (cache.v, fresh.v)):
                 np.testing.assert_allclose(
-                    np.asarray(got[:, b, :, :13]), np.asarray(want[:, 0, :, :13]), atol=2e-6, rtol=1e-5
+                    np.asarray(got[:, b, :, :13]),
+                    np.asarray(want[:, 0, :, :13]),
+                    atol=2e-6,
+                    rtol=1e-5,
                 )
     # The next step reads only committed slots: poisoning the stale ones changes nothing.
     poisoned = state.replace(
