@@ -64,8 +64,8 @@ def default_config() -> ml_collections.ConfigDict:
 
     Returns:
       ConfigDict: method, target (a checkpoint directory or training workdir), seed, data
-      (kind "self_distill" or "corpus", the corpus and split, prompts and generation for
-      self-distillation, seq_len for corpus rows), heads (num_heads, num_layers,
+      (kind "self_distill", "corpus" or "mixed", the corpus and split, prompts and
+      generation for self-distillation, seq_len for corpus rows, corpus_rows for mixed ones), heads (num_heads, num_layers,
       shared_blocks, bias, shared_lm_head), loss (decay), joint (Medusa-2), features
       (precompute), export (layouts), train (`loop.train_config`'s knobs at its defaults)
       and mesh (data, model, fsdp: the device mesh of the training step,
@@ -78,7 +78,11 @@ def default_config() -> ml_collections.ConfigDict:
     config.target = ""
     config.seed = 0
     config.data = dict(
-        kind="self_distill",  # or "corpus": the text itself
+        # "self_distill", "corpus" (the text itself) or "mixed": the self-distilled rows plus
+        # `corpus_rows` windows of the corpus as wide as they are (the eval rows stay
+        # self-distilled); corpus rows teach the target's law with loss "kl"/"tv" (EAGLE's
+        # "ce" is already its law), the corpus's next token with Medusa's hard-label "ce"
+        kind="self_distill",
         source="embedded",
         eval_fraction=0.05,
         seed=0,
@@ -102,6 +106,7 @@ def default_config() -> ml_collections.ConfigDict:
         generate_batch_size=32,
         cache_dir="",  # "" = <workdir>/distill
         seq_len=128,  # corpus rows
+        corpus_rows=0,  # mixed: corpus windows added to the train rows
     )
     # shared_lm_head: every head projects with the target's own LM head, frozen (vLLM's
     # original_lm_head); on a large vocabulary it is most of the step's cost when trained
@@ -130,6 +135,9 @@ def default_config() -> ml_collections.ConfigDict:
 # ----------------------------------------------------------------------------------- data
 
 
+DATA_KINDS = ("self_distill", "corpus", "mixed")
+
+
 def check_config(config) -> None:
     """Refuse what cannot work, naming the key and the value, before anything is loaded."""
     check_draft_config(config, METHODS)
@@ -150,9 +158,12 @@ def check_draft_config(config, methods: tuple[str, ...]) -> None:
     `methods`, the rows' data.kind and data.prompt_style, and the loss."""
     if config.method not in methods:
         raise ValueError(f"config.method={config.method!r} is not one of {methods}")
-    if config.data.kind not in ("self_distill", "corpus"):
+    if config.data.kind not in DATA_KINDS:
+        raise ValueError(f"config.data.kind={config.data.kind!r} is not one of {DATA_KINDS}")
+    corpus_rows = config.data.get("corpus_rows", 0)
+    if config.data.kind == "mixed" and (not isinstance(corpus_rows, int) or corpus_rows < 1):
         raise ValueError(
-            f"config.data.kind={config.data.kind!r} is not one of ('self_distill', 'corpus')"
+            f"config.data.corpus_rows={corpus_rows!r}: data.kind='mixed' needs an int >= 1"
         )
     losses.check_loss_config(config.loss)
     style = config.data.get("prompt_style", "window")
@@ -216,7 +227,47 @@ def prepare_rows(config, target: Model, workdir: Path, mesh=None) -> tuple[dict,
             )  # fmt: skip
             parts.append(distill.as_rows(rows))
         out.append(_concat_rows(parts))
+    if d.kind == "mixed":
+        width = out[0]["tokens"].shape[1]
+        extra = corpus_windows(train_ds, tok, d.corpus_rows, width, d.seed)
+        out[0] = _concat_rows([out[0], {"tokens": extra, "mask": np.ones(extra.shape, np.int8)}])
     return out[0], out[1]
+
+
+def corpus_windows(ds, tokenizer, count: int, width: int, seed: int = 0) -> np.ndarray:
+    """`count` windows of `width` tokens from the corpus `ds`, int32 [count, width].
+
+    The categories take turns (so a small one weighs as much as a large one), each walking its
+    documents in a seeded order; a document gives as many disjoint windows as it holds, and
+    only as many documents are tokenized as the windows need. Refuses a corpus too small.
+    """
+    rng = np.random.default_rng([seed, 11])
+    by_category: dict[str, list[str]] = {}
+    for text, category in zip(ds["text"], ds["category"], strict=True):
+        by_category.setdefault(category, []).append(text)
+    streams = {c: iter(rng.permutation(len(t))) for c, t in sorted(by_category.items())}
+    pending: dict[str, list[np.ndarray]] = {c: [] for c in streams}
+    out: list[np.ndarray] = []
+    while len(out) < count and streams:
+        for category in list(streams):
+            if len(out) == count:
+                break
+            while not pending[category]:
+                i = next(streams[category], None)
+                if i is None:
+                    del streams[category]
+                    break
+                ids = np.asarray(tokenizer.encode(by_category[category][i]), np.int32)
+                pending[category] = [ids[s : s + width] for s in
+                                     range(0, len(ids) - width + 1, width)]  # fmt: skip
+            if pending[category]:
+                out.append(pending[category].pop(0))
+    if len(out) < count:
+        raise ValueError(
+            f"config.data.corpus_rows={count}: the corpus's train split holds only {len(out)} "
+            f"windows of {width} tokens"
+        )
+    return np.stack(out)
 
 
 def _concat_rows(parts: list[dict]) -> dict:

@@ -200,6 +200,30 @@ def test_self_distilled_rows_are_the_targets_greedy_continuations(corpus, target
     np.testing.assert_array_equal(again["tokens"], rows["tokens"])
 
 
+def test_mixed_rows_add_corpus_windows_to_the_self_distilled_ones(corpus, target_dir, tmp_path):
+    config = heads_config(corpus, target_dir)
+    config.data.update(kind="self_distill", num_prompts=3, eval_prompts=1, prompt_tokens=8,
+                       new_tokens=12, generate_batch_size=2)  # fmt: skip
+    target = sj.load_model(target_dir)
+    distilled, distilled_eval = th.prepare_rows(config, target, tmp_path)
+    config.data.update(kind="mixed", corpus_rows=5)
+    rows, eval_rows = th.prepare_rows(config, target, tmp_path)
+    # The self-distilled rows first (reused), then 5 corpus windows as wide, every token counted;
+    # the eval rows are the self-distilled ones alone.
+    np.testing.assert_array_equal(rows["tokens"][:3], distilled["tokens"])
+    np.testing.assert_array_equal(rows["mask"][:3], distilled["mask"])
+    np.testing.assert_array_equal(eval_rows["tokens"], distilled_eval["tokens"])
+    windows = rows["tokens"][3:]
+    assert windows.shape == (5, 20) and (rows["mask"][3:] == 1).all()
+    # Each window is a run of one corpus line's tokens.
+    lines = [target.tokenizer.encode(line) for line in corpus.read_text().splitlines()]
+    for w in windows.tolist():
+        assert any(line[i : i + 20] == w for line in lines for i in range(len(line) - 19)), w
+    config.data.corpus_rows = 10**6
+    with pytest.raises(ValueError, match=r"corpus_rows=1000000: the corpus's train split holds"):
+        th.prepare_rows(config, target, tmp_path)
+
+
 @pytest.mark.slow
 def test_precomputed_features_train_the_same_heads(corpus, target_dir, tmp_path):
     config = heads_config(corpus, target_dir, num_steps=20)
@@ -245,6 +269,7 @@ def test_non_finite_loss_stops_the_run(corpus, target_dir, tmp_path):
     [
         ({"method": "eagle7"}, r"config.method='eagle7' is not one of"),
         ({"data.kind": "books"}, r"config.data.kind='books' is not one of"),
+        ({"data.kind": "mixed"}, r"config.data.corpus_rows=0: data.kind='mixed' needs"),
         ({"joint.enabled": True, "features.precompute": True}, "precompute=True needs a frozen"),
         ({"joint.enabled": True, "joint.heads_only_steps": 60}, "heads_only_steps=60 leaves no"),
         ({"target": ""}, "config.target is empty"),
