@@ -237,7 +237,7 @@ def _shift(tokens, by: int):
     return jnp.pad(tokens[:, by:], ((0, 0), (0, min(by, tokens.shape[1]))))  # [B, T]
 
 
-def unroll(head: EagleHead, target, tokens, feature, steps: int):
+def unroll(head: EagleHead, target, tokens, feature, steps: int, logits: bool = True):
     """The drafter unrolled `steps` times over whole rows (training-time test).
 
     Args:
@@ -246,6 +246,8 @@ def unroll(head: EagleHead, target, tokens, feature, steps: int):
       tokens: [B, T] the rows.
       feature: [B, T, H] step 0's hidden input per entry (EAGLE-1: f_t; EAGLE-3: fc(taps)).
       steps: n >= 1 (static).
+      logits: False: each step's logits are left to the caller (None), which computes them
+        where a loss reads them.
     Returns:
       [(h [B, T, H] pre-norm output, logits [B, T, Vd] float32)] for steps 0..n-1. Entry t of
       step k read token x_{t+1+k} at RoPE position t + k.
@@ -263,17 +265,41 @@ def unroll(head: EagleHead, target, tokens, feature, steps: int):
         v_all = jnp.concatenate(values, 1).transpose(0, 2, 1, 3)
         attn = head.attend(q, k_all, v_all, mask)
         h = head.layer_output(residual, attn)  # [B, T, H]
-        outs.append((h, head.draft_logits(target, h)))
+        outs.append((h, head.draft_logits(target, h) if logits else None))
         feature = h  # the next step reads this step's pre-norm output at the same entry
     return outs
 
 
-def compute_losses(config, head: EagleHead, target, batch, hidden, taps, steps: int, key=None):
+def label_count(*row_sets: dict) -> int:
+    """The most counted labels in any row of these row sets (`compute_losses`'s `labels`)."""
+    return max(int(np.asarray(rows["mask"]).sum(1).max()) for rows in row_sets)
+
+
+def counted_positions(mask, labels: int):
+    """([B, M] int32 the counted positions of each row in order, then uncounted ones;
+    [B, M] their mask values): M = `labels` >= every row's count, so none is lost."""
+    order = jnp.argsort(1 - mask.astype(jnp.int32), axis=1, stable=True)[:, :labels]
+    return order.astype(jnp.int32), jnp.take_along_axis(mask, order, 1)
+
+
+def _gather(x, index):
+    """x [B, T, ...] at index [B, M] -> [B, M, ...]."""
+    return jnp.take_along_axis(x, index.reshape(index.shape + (1,) * (x.ndim - 2)), 1)
+
+
+def compute_losses(
+    config, head: EagleHead, target, batch, hidden, taps, steps: int, key=None, labels=None
+):  # fmt: skip
     """(loss [], metrics) of one batch.
 
     With stored features (`batch["best"]`, the target's greedy tokens) and a reduced draft
     vocabulary, the target's law is computed at the draft ids only (`Decoder.unembed_at`);
     otherwise from its whole LM head. Both give the same loss and metrics.
+
+    With `labels` (M, at least the most counted labels of any row: `label_count`) below the
+    rows' width, the drafter's and the target's LM heads run at the M counted label positions
+    of each row only (their entries gathered, `counted_positions`), not at all T: on
+    self-distilled rows about half of each row is an uncounted prompt. Same loss and metrics.
 
     Args:
       config: the run's config (method, loss).
@@ -282,8 +308,11 @@ def compute_losses(config, head: EagleHead, target, batch, hidden, taps, steps: 
       hidden: [B, T, D] the target's post-norm last hidden state; taps: tuple of [B, T, D].
       steps: drafting steps unrolled (EAGLE-3 training: ttt_steps; EAGLE-1 training: 1).
       key: PRNG key of the feature noise (None: no noise, as in eval).
+      labels: M (static), or None: every entry.
     """
     tokens, mask = batch["tokens"], batch["mask"]
+    T = tokens.shape[1]
+    gathered = labels is not None and labels < T
     amplitude = noise_amplitude(config)
     if key is not None and amplitude > 0:
         noisy = lambda x, k: x + jax.random.uniform(k, x.shape, x.dtype, -amplitude, amplitude)  # noqa: E731
@@ -292,30 +321,44 @@ def compute_losses(config, head: EagleHead, target, batch, hidden, taps, steps: 
         taps = tuple(noisy(x, k) for x, k in zip(taps, keys[1:], strict=True))
     else:
         hidden_in = hidden
-    outs = unroll(head, target, tokens, head.target_feature(hidden_in, taps), steps)
+    feature = head.target_feature(hidden_in, taps)
+    outs = unroll(head, target, tokens, feature, steps, logits=not gathered)
     draft_ids = in_draft = None
     if head.config.draft_vocab_size < head.config.vocab_size:
         draft_ids, in_draft = head.draft_to_target_ids(), head.t2d[...]
-    if draft_ids is not None and "best" in batch:
-        law = jax.lax.stop_gradient(target.unembed_at(hidden, draft_ids))  # [B, T, Vd]
-        best = batch["best"].astype(jnp.int32)  # [B, T]
+    best, full_hidden = batch.get("best"), hidden
+    if gathered:  # label p is labelled by the target at p - 1, at every drafting step
+        position, counted = counted_positions(mask, labels)  # [B, M]
+        source = jnp.maximum(position - 1, 0)
+        hidden, best = _gather(hidden, source), None if best is None else _gather(best, source)
+    if draft_ids is not None and best is not None:
+        law = jax.lax.stop_gradient(target.unembed_at(hidden, draft_ids))  # [B, T|M, Vd]
+        best = best.astype(jnp.int32)  # [B, T|M]
     else:  # once for every step: the law at the draft ids and the greedy token
         law, best = losses.eagle_targets(jax.lax.stop_gradient(target.unembed(hidden)), draft_ids)
     loss, metrics = jnp.zeros((), jnp.float32), {}
-    for k, (_, logits) in enumerate(outs):
-        step_loss, m = losses.eagle_step_loss(
-            logits, law, mask, k, draft_ids, in_draft,
-            config.loss.kind, config.loss.temperature, target_best=best,
-        )  # fmt: skip
+    lc = config.loss
+    for k, (h, logits) in enumerate(outs):
+        if gathered:  # entry p - k - 2 of step k drafts label p
+            entry = position - (k + 2)
+            weights = counted.astype(jnp.float32) * (entry >= 0)
+            logits = head.draft_logits(target, _gather(h, jnp.maximum(entry, 0)))  # [B, M, Vd]
+            step_loss, m = losses.eagle_label_loss(
+                logits, law, best, weights, draft_ids, in_draft, lc.kind, lc.temperature
+            )
+        else:
+            step_loss, m = losses.eagle_step_loss(
+                logits, law, mask, k, draft_ids, in_draft, lc.kind, lc.temperature,
+                target_best=best,
+            )  # fmt: skip
         metrics.update({f"step_{k}/{n}": v for n, v in m.items() if n != "coverage" or k == 0})
         if k == 0:
             first = step_loss
-        loss = loss + config.loss.decay**k * step_loss
+        loss = loss + lc.decay**k * step_loss
     if config.method == "eagle":
-        feature = losses.eagle_feature_loss(outs[0][0], hidden, mask)
+        feature = losses.eagle_feature_loss(outs[0][0], full_hidden, mask)
         metrics["feature_loss"] = feature
-        lw = config.loss
-        loss = lw.feature_weight * feature + lw.token_weight * first
+        loss = lc.feature_weight * feature + lc.token_weight * first
     return loss, metrics
 
 
@@ -350,14 +393,14 @@ def make_state(config, target: Model, counts: np.ndarray | None = None):
     return graphdef, state, schedule
 
 
-def make_steps(config, graphdef, target: Model, layout=None, shardings=None):
+def make_steps(config, graphdef, target: Model, layout=None, shardings=None, labels=None):
     """(train_step, eval_step): (state, batch) -> (state, metrics) / metrics; jitted.
 
     The target's parameters are an argument of the compiled steps (not constants folded into
     them); its features come from the batch when precomputed, else from its forward.
     layout, shardings: the run's `parallel.Layout` and the state's shardings
     (`loop.place_state`; the target's parameters are placed by the same rules); None: one
-    device.
+    device. labels: `compute_losses`'s (the most counted labels of any row), or None.
     """
     t_graphdef, t_params = nnx.split(target.module)
     t_params = parallel.shard_params(t_params, layout, "target parameters", target.config.head_dim)
@@ -379,7 +422,8 @@ def make_steps(config, graphdef, target: Model, layout=None, shardings=None):
         key = jax.random.fold_in(jax.random.key(config.seed), optimizer.step[...])
 
         def loss_fn(head):
-            return compute_losses(config, head, module, batch, hidden, taps, train_steps, key)
+            return compute_losses(config, head, module, batch, hidden, taps, train_steps, key,
+                                  labels)  # fmt: skip
 
         return loop.update(head, optimizer, loss_fn, nan_at)
 
@@ -389,7 +433,8 @@ def make_steps(config, graphdef, target: Model, layout=None, shardings=None):
         hidden, taps = features(module, batch)
         # The training objective without noise (EAGLE-1's reads step 0 only, whatever the
         # unroll), plus every step's metrics.
-        loss, metrics = compute_losses(config, head, module, batch, hidden, taps, config.ttt_steps)
+        loss, metrics = compute_losses(config, head, module, batch, hidden, taps, config.ttt_steps,
+                                       labels=labels)  # fmt: skip
         return {"loss": loss, **metrics}
 
     step = loop.jit_train_step(train_step, layout, shardings)
@@ -447,7 +492,8 @@ def train_eagle(config: ml_collections.ConfigDict, workdir, *, target=None) -> d
     pieces = trainer.Pieces(
         task="train_eagle", graphdef=graphdef, schedule=schedule, train_rows=train_rows,
         eval_rows=eval_rows,
-        make_steps=lambda start: make_steps(config, graphdef, target, layout, shardings),
+        make_steps=lambda start: make_steps(config, graphdef, target, layout, shardings,
+                                            label_count(train_rows, eval_rows)),
         evaluate=th.evaluate, resume_keys=RESUME_KEYS, desc=f"train {config.method}",
         tokens_per_step=config.train.batch_size * train_rows["tokens"].shape[1],
         summarize=lambda head, final: _summary(config, head, final, train_rows),

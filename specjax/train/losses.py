@@ -215,12 +215,29 @@ def eagle_step_loss(
     else:
         law, best = target_logits, target_best
         law, best = law[:, window].astype(jnp.float32), best[:, window]
-    tl = law  # [B, T-s, Vd]; best [B, T-s]: the target's greedy token
     w = mask[:, s:].astype(jnp.float32)  # [B, T-s]
+    return eagle_label_loss(lg, law, best, w, draft_ids, in_draft, kind, temperature)
+
+
+def eagle_label_loss(
+    draft_logits, law, best, weights, draft_ids=None, in_draft=None, kind="ce", temperature=1.0
+):
+    """`eagle_step_loss` on entries already paired with their labels (any layout [B, M]).
+
+    Args:
+      draft_logits: [B, M, Vd] the drafter's logits at each entry.
+      law: [B, M, Vd] the target's logits that label it, restricted to the draft ids.
+      best: [B, M] the target's argmax there (over its whole vocabulary).
+      weights: [B, M] 1 where the entry counts, else 0.
+      draft_ids, in_draft, kind, temperature: as `eagle_step_loss`.
+    Returns:
+      As `eagle_step_loss`.
+    """
+    lg, tl, w = draft_logits, law.astype(jnp.float32), weights.astype(jnp.float32)
     keep = jnp.ones_like(w) if in_draft is None else in_draft[best].astype(jnp.float32)
     ce = masked_mean(soft_cross_entropy(lg, tl), w * keep)
     loss = ce if kind == "ce" else masked_mean(law_loss(lg, tl, kind, temperature), w * keep)
-    drafted = jnp.argmax(lg, -1)  # [B, T-s] draft ids
+    drafted = jnp.argmax(lg, -1)  # [B, M] draft ids
     if draft_ids is not None:
         drafted = draft_ids[drafted]  # target ids
     top1 = masked_mean((drafted == best).astype(jnp.float32), w)

@@ -188,6 +188,40 @@ def test_one_step_ttt_loss_is_the_plain_eagle3_step_loss(target, drafters):
     )
 
 
+@pytest.mark.parametrize("method,stored", [("eagle3", False), ("eagle3", True), ("eagle", False)])
+def test_losses_at_the_counted_labels_alone_are_the_losses_at_every_entry(
+    target, drafters, method, stored
+):
+    """The LM heads run at the M counted label positions of each row (gathered) instead of
+    at every entry: the same loss and metrics, whatever M is as long as no row has more."""
+    head, config, batch = drafters[method], _config(method), _rows(B=3, T=12, seed=2)
+    mask = (np.arange(12)[None, :] >= np.array([[3], [5], [2]])).astype(np.int8)  # prompts
+    mask[2, 4:7] = 0  # a row whose counted labels are not one suffix
+    batch = {**batch, "mask": jnp.asarray(mask)}
+    hidden, taps = te._forward(target, batch["tokens"], head.config.tap_layers)
+    if stored:
+        batch["best"] = jnp.argmax(target.unembed(hidden), -1).astype(jnp.int32)
+    steps = 3 if method == "eagle3" else 1
+    most = te.label_count({"mask": mask})
+    assert most == 9
+    run = lambda labels: jax.jit(  # noqa: E731
+        lambda: te.compute_losses(config, head, target, batch, hidden, taps, steps, labels=labels)
+    )()
+    want = run(None)
+    for labels in (most, most + 2):
+        got = run(labels)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+        assert got[1].keys() == want[1].keys()
+        for name, value in want[1].items():
+            np.testing.assert_allclose(got[1][name], value, rtol=1e-5, atol=1e-7, err_msg=name)
+    # One label short of the most counted: a row loses a label, and what counts changes (the
+    # untrained drafter's CE is flat, so the share of draftable labels shows it: 12 of 23
+    # against 11 of 22).
+    if method == "eagle3":
+        short = run(most - 1)[1]["step_0/coverage"]
+        np.testing.assert_allclose([want[1]["step_0/coverage"], short], [12 / 23, 11 / 22])
+
+
 def test_eagle1_loss_is_smooth_l1_plus_a_tenth_of_the_soft_ce(target, drafters):
     head, config, batch = drafters["eagle"], _config("eagle"), _rows(seed=1)
     tokens, mask = batch["tokens"], np.asarray(batch["mask"])
