@@ -73,6 +73,10 @@ def parse_args(argv=None):
     p.add_argument("--variants", default="sd:96,sd:384,mixed:96+288",
                    help="comma-separated sd:R / mixed:R+C")  # fmt: skip
     p.add_argument("--steps", type=int, default=150, help="training steps of each drafter")
+    p.add_argument("--lr", type=float, default=0.0, help="peak learning rate (0: the config's)")
+    p.add_argument("--tag", default="",
+                   help="suffix of each variant's run directory (a new drafter on the same rows "
+                        "and stored features)")  # fmt: skip
     p.add_argument("--questions", type=int, default=8)
     p.add_argument("--new-tokens", type=int, default=64, help="tokens decoded per question")
     p.add_argument("--prompt-tokens", type=int, default=256)
@@ -109,6 +113,8 @@ def variant_config(args, variant: dict, workdir: Path):
                      progress=False)  # fmt: skip
     cfg.train.warmup_steps = min(cfg.train.warmup_steps, max(args.steps // 2, 1))
     cfg.train.batch_size = min(cfg.train.batch_size, variant["rows"])
+    if args.lr:
+        cfg.train.learning_rate = args.lr
     return cfg, config.bench
 
 
@@ -132,6 +138,7 @@ def main(argv=None):
         "setup": {
             "target": Path(cfg0.target).name,
             "steps": args.steps,
+            "tag": args.tag,
             "batch_size": cfg0.train.batch_size,
             "learning_rate": cfg0.train.learning_rate,
             "new_tokens_per_row": cfg0.data.new_tokens,
@@ -148,8 +155,12 @@ def main(argv=None):
     for variant in args.variants:
         name = variant["name"]
         cfg, _ = variant_config(args, variant, workdir)
-        run_dir = workdir / name.replace(":", "_").replace("+", "_")
+        rows_dir = workdir / name.replace(":", "_").replace("+", "_")
+        run_dir = rows_dir.with_name(rows_dir.name + args.tag)
         run_dir.mkdir(exist_ok=True)
+        link = run_dir / eagle.FEATURES
+        if args.tag and (rows_dir / eagle.FEATURES).is_dir() and not link.exists():
+            link.symlink_to(rows_dir / eagle.FEATURES, target_is_directory=True)
         stages = {}
         start = time.perf_counter()
         train_rows, eval_rows = th.prepare_rows(cfg, target, run_dir)
