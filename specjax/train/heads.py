@@ -94,7 +94,10 @@ def default_config() -> ml_collections.ConfigDict:
         prompt_tokens=32,
         # "window": prompt_tokens-token windows of the corpus (a base model continues them);
         # "instruction": instructions made from those windows, chat-templated when the target
-        # has a template (data.instruction_prompts: a chat model answers them)
+        # has a template (data.instruction_prompts: a chat model answers them);
+        # "magpie": the chat target writes the user turns itself, from its template's text
+        # before a user message, at temperature 1, up to prompt_tokens tokens (`magpie_prompts`;
+        # num_prompts and eval_prompts are then totals, not per category)
         prompt_style="window",
         new_tokens=96,
         temperature=0.0,  # the target's sampling while it regenerates
@@ -136,6 +139,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 DATA_KINDS = ("self_distill", "corpus", "mixed")
+PROMPT_STYLES = ("window", "instruction", "magpie")
 
 
 def check_config(config) -> None:
@@ -167,10 +171,8 @@ def check_draft_config(config, methods: tuple[str, ...]) -> None:
         )
     losses.check_loss_config(config.loss)
     style = config.data.get("prompt_style", "window")
-    if style not in ("window", "instruction"):
-        raise ValueError(
-            f"config.data.prompt_style={style!r} is not one of ('window', 'instruction')"
-        )
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"config.data.prompt_style={style!r} is not one of {PROMPT_STYLES}")
 
 
 def load_target(config, target=None, mesh=None) -> Model:
@@ -204,14 +206,19 @@ def prepare_rows(config, target: Model, workdir: Path, mesh=None) -> tuple[dict,
         return rows[0], rows[1]
     temperatures = tuple(d.get("temperatures") or ()) or (float(d.temperature),)
     styles = {"window": data.held_out_prompts, "instruction": data.instruction_prompts}
-    make_prompts = styles[d.get("prompt_style", "window")]
+    style = d.get("prompt_style", "window")
     cache = Path(d.cache_dir) if d.cache_dir else workdir / DISTILL
     out = []
     for split, count, seed in (
         (train_ds, d.num_prompts, d.seed),
         (eval_ds, d.eval_prompts, d.seed + 1),
     ):
-        prompts = [ids for _, ids in make_prompts(split, tok, count, d.prompt_tokens, seed)]
+        if style == "magpie":
+            prompts = magpie_prompts(target, count, d.prompt_tokens, seed, cache,
+                                     d.generate_batch_size, config.train.progress, mesh)  # fmt: skip
+        else:
+            made = styles[style](split, tok, count, d.prompt_tokens, seed)
+            prompts = [ids for _, ids in made]
         parts = []
         for i, temperature in enumerate(temperatures):
             sampling = sp.SamplingParams(
@@ -268,6 +275,55 @@ def corpus_windows(ds, tokenizer, count: int, width: int, seed: int = 0) -> np.n
             f"windows of {width} tokens"
         )
     return np.stack(out)
+
+
+def magpie_prompts(
+    target: Model, count: int, max_tokens: int, seed: int, cache_dir, batch_size: int = 32,
+    progress: bool = True, mesh=None,
+) -> list[list[int]]:  # fmt: skip
+    """`count` chat prompts whose user turns the target wrote itself (Magpie: Xu et al. 2024,
+    "Alignment Data Synthesis from Scratch by Prompting Aligned LLMs with Nothing").
+
+    The target continues its chat template's text up to where a user message begins (the
+    default system turn included), at temperature 1 with a seed per prompt, for `max_tokens`
+    tokens (`distill.self_distill`: generated once, stored under `cache_dir`); the text before
+    its first end-of-turn id is the user's message, which is then rendered as a chat prompt.
+    No corpus is read: the prompts follow what the model was tuned to be asked.
+
+    Returns:
+      [token ids] of the `count` prompts (a message that did not end within `max_tokens` is
+      kept as cut; an empty one is replaced by the next prompt's draw).
+    """
+    tok = target.tokenizer
+    if not getattr(tok, "chat_template", None):
+        raise ValueError(
+            "config.data.prompt_style='magpie' needs a target with a chat template (the model "
+            "writes the user turns from it)"
+        )
+    marker = "\x00MAGPIE\x00"
+    rendered = tok.chat(marker)
+    prefix = tok.encode(rendered[: rendered.index(marker)])
+    ends = set(tok.eos_token_ids)
+    for name in ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"):
+        if tok.token_to_id(name) is not None:
+            ends.add(tok.token_to_id(name))
+    sampling = sp.SamplingParams(temperature=1.0, seed=int(seed))
+    prompts, drawn = [], 0
+    while len(prompts) < count:
+        want = count - len(prompts) + (4 if drawn else 0)  # a few spare after an empty draw
+        rows = distill.as_rows(distill.self_distill(
+            target, [prefix] * (drawn + want), max_tokens, sampling, cache_dir,
+            batch_size=batch_size, progress=progress, mesh=mesh,
+        ))  # fmt: skip
+        for generated in rows["tokens"][drawn:, len(prefix) :].tolist():
+            cut = next((i for i, t in enumerate(generated) if t in ends), len(generated))
+            text = tok.decode(generated[:cut]).strip()
+            if text and len(prompts) < count:
+                prompts.append(tok.encode(tok.chat(text)))
+        drawn += want
+        if drawn > 4 * count + 16:
+            raise ValueError(f"the target wrote {len(prompts)} non-empty user turns in {drawn}")
+    return prompts
 
 
 def _concat_rows(parts: list[dict]) -> dict:

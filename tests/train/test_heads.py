@@ -149,6 +149,35 @@ def test_chat_instructions_at_two_temperatures(corpus, target_dir, tmp_path):
     assert sampled != again  # the second share was sampled (T=1), not greedy
 
 
+def test_magpie_prompts_are_user_turns_the_target_wrote(corpus, target_dir, tmp_path):
+    """prompt_style="magpie": the target continues its template's text before a user message
+    (here "["), sampled with a seed per prompt; what it wrote up to an end id is the user turn."""
+    config = heads_config(corpus, target_dir)
+    config.data.update(kind="self_distill", num_prompts=3, eval_prompts=1, prompt_tokens=6,
+                       new_tokens=4, generate_batch_size=2, prompt_style="magpie")  # fmt: skip
+    target = sj.load_model(target_dir)
+    with pytest.raises(ValueError, match="prompt_style='magpie' needs a target with a chat"):
+        th.prepare_rows(config, target, tmp_path)
+    tok = target.tokenizer
+    tok.chat_template = "[{{ messages[-1]['content'] }}]"
+    rows, eval_rows = th.prepare_rows(config, target, tmp_path)
+    assert len(rows["tokens"]) == 3 and len(eval_rows["tokens"]) == 1
+    assert rows["mask"].sum(1).tolist() == [4] * 3
+    sampling = sj.SamplingParams(temperature=1.0, seed=0)
+    drawn = sj.generate(target, [tok.encode("[")] * 7, 6, sampling, stop_token_ids=[],
+                        seeds=list(range(7))).tokens  # fmt: skip
+    ends, texts = set(tok.eos_token_ids), []
+    for user in drawn:
+        cut = next((j for j, t in enumerate(user) if t in ends), len(user))
+        texts.append(tok.decode(user[:cut]).strip())
+    # An empty turn (this target ends some at once) is replaced by a further draw: the first
+    # three non-empty ones, in order.
+    lengths = (rows["mask"] == 0).argmin(1)  # where each answer starts
+    for i, text in enumerate([t for t in texts if t][:3]):
+        assert tok.decode(rows["tokens"][i, : lengths[i]].tolist()) == f"[{text}]"
+    assert len({tuple(r) for r in rows["tokens"].tolist()}) == 3
+
+
 @pytest.mark.slow
 def test_sigkilled_run_resumes_to_the_uninterrupted_parameters(corpus, target_dir, tmp_path):
     overrides = {"train.num_steps": 400, "train.checkpoint_every": 50, "train.eval_every": 200}
@@ -270,6 +299,7 @@ def test_non_finite_loss_stops_the_run(corpus, target_dir, tmp_path):
         ({"method": "eagle7"}, r"config.method='eagle7' is not one of"),
         ({"data.kind": "books"}, r"config.data.kind='books' is not one of"),
         ({"data.kind": "mixed"}, r"config.data.corpus_rows=0: data.kind='mixed' needs"),
+        ({"data.prompt_style": "quiz"}, r"config.data.prompt_style='quiz' is not one of"),
         ({"joint.enabled": True, "features.precompute": True}, "precompute=True needs a frozen"),
         ({"joint.enabled": True, "joint.heads_only_steps": 60}, "heads_only_steps=60 leaves no"),
         ({"target": ""}, "config.target is empty"),
