@@ -7,12 +7,14 @@ self-distilled answers, or corpus windows labelled with the target's law (`data.
     python experiments/head_data.py --variants sd:8,mixed:8+8 --steps 2 --questions 2 \
         --new-tokens 16 --workdir workdirs/head_data_smoke --out workdirs/head_data_smoke.json
 
-A variant is `sd:R` (R self-distilled train rows, the pipeline's kind) or `mixed:R+C` (R
+A variant is `sd:R` (R self-distilled train rows, the pipeline's kind), `magpie:R` (R rows
+whose user turns the target wrote itself, `data.prompt_style = "magpie"`) or `mixed:R+C` (R
 self-distilled rows plus C corpus windows as wide as them). Everything else comes from
 `configs/smollm2.py`'s EAGLE-3 config (instructions made from the embedded corpus answered
 half at T=0 and half at T=1, taps 2 / 15 / 27, draft vocabulary 8,192, a 3-step
 training-time test, soft CE to the target's law, batch 8, the same seed and steps); the eval
-rows (self-distilled, the same in every variant) give held-out top-1 by drafting step. Each
+rows (self-distilled; the same in every sd and mixed variant, magpie rows for a magpie one,
+so compare that by tau) give held-out top-1 by drafting step. Each
 drafter is decoded as `experiments/distill_loss.py` does: the bench's EAGLE-3 dynamic tree on
 held-out Spec-Bench MT-bench questions, batch 1, T=0 and T=1, tau and acceptance by position.
 
@@ -62,10 +64,10 @@ def parse_variant(text: str) -> dict:
         else:
             raise ValueError
     except ValueError:
-        raise SystemExit(f"--variants: {text!r} is not sd:R or mixed:R+C") from None
+        raise SystemExit(f"--variants: {text!r} is not sd:R, magpie:R or mixed:R+C") from None
     if rows < 1 or corpus < (1 if kind == "mixed" else 0):
         raise SystemExit(f"--variants: {text!r} needs R >= 1 (and C >= 1 for mixed)")
-    return {"name": text, "rows": rows, "corpus_rows": corpus}
+    return {"name": text, "rows": rows, "corpus_rows": corpus, "magpie": kind == "magpie"}
 
 
 def parse_args(argv=None):
@@ -103,6 +105,9 @@ def variant_config(args, variant: dict, workdir: Path):
     ds = data.load_text_dataset(d.source, max_documents=d.max_documents, max_chars=d.max_chars,
                                 sample_by=d.sample_by)  # fmt: skip
     d.num_prompts = max(1, math.ceil(variant["rows"] / len(set(ds["category"]))))
+    if variant["magpie"]:  # the target writes the user turns (totals, not per category)
+        d.update(prompt_style="magpie", num_prompts=variant["rows"],
+                 eval_prompts=d.eval_prompts * len(set(ds["category"])))  # fmt: skip
     if variant["corpus_rows"]:
         d.kind, d.corpus_rows = "mixed", variant["corpus_rows"]
     if args.generate_batch:
