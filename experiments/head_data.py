@@ -54,10 +54,10 @@ log = logging.getLogger("head_data")
 
 
 def parse_variant(text: str) -> dict:
-    """ "sd:R" or "mixed:R+C" -> {name, rows, corpus_rows}."""
+    """ "sd:R", "magpie:R" or "mixed:R+C" -> {name, rows, corpus_rows, magpie}."""
     kind, _, sizes = text.partition(":")
     try:
-        if kind == "sd":
+        if kind in ("sd", "magpie"):
             rows, corpus = int(sizes), 0
         elif kind == "mixed":
             rows, corpus = (int(x) for x in sizes.split("+"))
