@@ -29,9 +29,10 @@ cropped to the loss), EAGLE-3 150 steps 8.5 min, the bench at batch 1 (12 catego
 methods + AR, T = 0 and 1) 12 min, most of it compiles (one per method, prompt bucket and
 cell of an unrolled 30-layer target). Heads: held-out top-1 0.17 (Medusa head 0) and 0.27
 (EAGLE-3 step 1); tau at T=0 / T=1: ngram 1.43 / 1.13 (1.09x / 1.02x), lookahead 1.61 / 1.22,
-medusa 1.20 / 1.09, eagle3 1.33 / 1.26 (0.57-0.76x). The heads are short of data (9k answer
-tokens): more rows (`medusa.data.num_prompts`, `eagle3.data.num_prompts`) is the knob that
-matters, at about 1.2 s a row here. `:batch8` adds the bench at batch 8 (about 10 more
+medusa 1.20 / 1.09, eagle3 1.33 / 1.26 (0.57-0.76x). The heads are short of training, and
+rows and steps only pay together (LOG 2026-12-05): at 150 steps 384 rows
+(`eagle3.data.num_prompts=192`) match 96, 300 steps on 96 rows match 150, and 450 steps on 384
+rows lift EAGLE-3's tau to 1.41 / 1.44, about 12 minutes over this budget. `:batch8` adds the bench at batch 8 (about 10 more
 minutes a cell and several GB more for its compiles; not completed here). LOG.md 2026-12-03.
 """
 
