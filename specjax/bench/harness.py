@@ -167,9 +167,10 @@ def _describe_heads(heads) -> str:
             f"{c.method} drafter: 1 layer, {c.num_params() / 1e6:.2f}M params{taps}, "
             f"base {c.base_model or '?'}"
         )
+    vocab = f", draft vocab {c.draft_vocab_size}" if c.truncated else ""
     return (
         f"{c.method} heads: K={c.num_heads}, {c.num_layers} block(s), "
-        f"{c.num_params() / 1e6:.2f}M params, base {c.base_model or '?'}"
+        f"{c.num_params() / 1e6:.2f}M params{vocab}, base {c.base_model or '?'}"
     )
 
 

@@ -206,7 +206,8 @@ def report_markdown(summary: dict) -> str:
     if medusa:
         lines += [
             f"Medusa heads ({len(medusa['top1'])} heads, {medusa['num_params'] / 1e6:.2f}M "
-            f"params, {medusa['step']} steps on {medusa['train_rows']} {medusa['data_kind']} "
+            f"params, draft vocabulary {medusa.get('draft_vocab_size', '?')}, "
+            f"{medusa['step']} steps on {medusa['train_rows']} {medusa['data_kind']} "
             "rows): held-out top-1 / top-5 accuracy per head (head k: token t + k + 2):",
             "",
             table(

@@ -70,6 +70,7 @@ from specjax.io.drafts import HEADS_DIR
 from specjax.models import Model
 from specjax.train import batching, distill, loop, losses, trainer
 from specjax.train import heads as th
+from specjax.train.rows import token_counts  # noqa: F401 (also reached through eagle)
 
 log = logging.getLogger(__name__)
 
@@ -147,12 +148,6 @@ def tap_layers(config, target: Model) -> tuple[int, ...]:
     return tuple(int(i) for i in config.head.tap_layers) or default_tap_layers(
         target.config.num_layers
     )
-
-
-def token_counts(rows: dict, vocab_size: int) -> np.ndarray:
-    """[V] int64 counts of each target id among the rows' counted (mask = 1) tokens."""
-    tokens = np.asarray(rows["tokens"])[np.asarray(rows["mask"]) > 0]
-    return np.bincount(tokens.ravel(), minlength=vocab_size)[:vocab_size].astype(np.int64)
 
 
 # ------------------------------------------------------------------------------- features

@@ -84,22 +84,32 @@ def medusa_loss(
     target_logits=None,
     kind: str = "ce",
     temperature: float = 1.0,
+    draft_ids=None,
 ):
     """Medusa's loss: sum_k decay^k loss(head_k at t, token at t + k + 2).
 
+    With a draft vocabulary (`draft_ids`), the heads' logits are over the Vd draft ids, the
+    target's law is restricted to them and renormalised, and entries whose label lies outside
+    it are dropped from the loss (no head can draft that token); they stay in the accuracies,
+    as misses: what the verifier would see. "head_<k>/coverage" is the share of counted labels
+    inside it.
+
     Args:
-      head_logits: [B, T, K, V] the heads' logits at every position.
+      head_logits: [B, T, K, V] the heads' logits at every position ([B, T, K, Vd] over the
+        draft ids with `draft_ids`).
       tokens, mask: [B, T].
       decay: lambda_k = decay^k (Medusa: 0.8).
       ranks: R > 0 adds "head_<k>/rank_<r>" for r < R: how often exactly the rank-r token is
         right (what `trees.sparse_tree` builds a tree from).
       target_logits: [B, T, V] the target's logits at every position (needed by "kl"/"tv":
-        head k at t learns the target's law at t + k + 1, which predicts token t + k + 2).
+        head k at t learns the target's law at t + k + 1, which predicts token t + k + 2);
+        [B, T, Vd] at the draft ids with `draft_ids`.
       kind: "ce" (hard labels, Medusa-1), "kl" or "tv" (`law_loss`).
       temperature: the training temperature of "kl"/"tv".
+      draft_ids: [Vd] int32 target id of each draft id, strictly increasing (None: Vd = V).
     Returns:
       (loss [], metrics {"head_<k>/ce", "head_<k>/top1", "head_<k>/top5", ...} of [] each;
-      "head_<k>/law" too when kind is "kl" or "tv").
+      "head_<k>/law" too when kind is "kl" or "tv", "head_<k>/coverage" with `draft_ids`).
     """
     if kind not in LOSS_KINDS:
         raise ValueError(f"loss kind={kind!r} is not one of {LOSS_KINDS}")
@@ -109,20 +119,28 @@ def medusa_loss(
     loss, metrics = jnp.zeros((), jnp.float32), {}
     for k in range(K):
         lg, labels, w = _shifted(head_logits[:, :, k], tokens, mask, k + 2)  # [B, T-k-2, V]
-        ce = masked_mean(optax.softmax_cross_entropy_with_integer_labels(lg, labels), w)
+        keep, draft_labels = w, labels
+        if draft_ids is not None:  # labels as draft ids; those outside the vocabulary dropped
+            slot = jnp.minimum(jnp.searchsorted(draft_ids, labels), draft_ids.shape[0] - 1)
+            inside = (draft_ids[slot] == labels).astype(jnp.float32)
+            keep, draft_labels = w * inside, slot.astype(jnp.int32)
+            metrics[f"head_{k}/coverage"] = masked_mean(inside, w)
+        ce = masked_mean(optax.softmax_cross_entropy_with_integer_labels(lg, draft_labels), keep)
         if kind == "ce":
             loss = loss + decay**k * ce
         else:
             tl = target_logits[:, k + 1 : k + 1 + lg.shape[1]]  # [B, T-k-2, V]
-            law = masked_mean(law_loss(lg, tl, kind, temperature), w)
+            law = masked_mean(law_loss(lg, tl, kind, temperature), keep)
             loss = loss + decay**k * law
             metrics[f"head_{k}/law"] = law
         metrics[f"head_{k}/ce"] = ce
-        metrics[f"head_{k}/top1"] = masked_mean(topk_hit(lg, labels, 1), w)
-        metrics[f"head_{k}/top5"] = masked_mean(topk_hit(lg, labels, min(5, lg.shape[-1])), w)
+        # accuracies over every counted label, in draft ids (a label outside never hits)
+        hit_labels = draft_labels if draft_ids is None else jnp.where(keep > 0, draft_labels, -1)
+        metrics[f"head_{k}/top1"] = masked_mean(topk_hit(lg, hit_labels, 1), w)
+        metrics[f"head_{k}/top5"] = masked_mean(topk_hit(lg, hit_labels, min(5, lg.shape[-1])), w)
         if ranks:
             _, top = jax.lax.top_k(lg, min(ranks, lg.shape[-1]))  # [B, T', R]
-            hits = (top == labels[..., None]).astype(jnp.float32)  # [B, T', R]
+            hits = (top == hit_labels[..., None]).astype(jnp.float32)  # [B, T', R]
             for r in range(top.shape[-1]):
                 metrics[f"head_{k}/rank_{r}"] = masked_mean(hits[..., r], w)
     return loss, metrics

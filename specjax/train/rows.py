@@ -176,3 +176,9 @@ def _concat_rows(parts: list[dict]) -> dict:
     width = max(p["tokens"].shape[1] for p in parts)
     pad = lambda a: np.pad(a, ((0, 0), (0, width - a.shape[1])))  # noqa: E731
     return {k: np.concatenate([pad(p[k]) for p in parts]) for k in parts[0]}
+
+
+def token_counts(rows: dict, vocab_size: int) -> np.ndarray:
+    """[V] int64 counts of each target id among the rows' counted (mask = 1) tokens."""
+    tokens = np.asarray(rows["tokens"])[np.asarray(rows["mask"]) > 0]
+    return np.bincount(tokens.ravel(), minlength=vocab_size)[:vocab_size].astype(np.int64)

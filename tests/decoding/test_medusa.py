@@ -214,3 +214,30 @@ def test_auto_verification_and_sampled_drafts(target, heads, prompts):
     assert np.all((q > 0).sum(-1) <= 10)  # top-k applied to q exactly as to p
     # Siblings are i.i.d. draws from one head's law: nodes 1-3 share q.
     np.testing.assert_array_equal(q[:, 0], q[:, 2])
+
+
+def test_a_draft_vocabulary_drafts_only_its_ids_and_stays_lossless(target, prompts, reference):
+    """Heads over 12 of the 32 ids (vLLM's token_map): greedy output still equals plain
+    greedy decoding (chain and sparse tree), every drafted token is in the map, and sampled
+    drafts hand the verifier a law with no mass outside it."""
+    token_map = np.array([0, 1, 2, 4, 5, 8, 11, 13, 19, 23, 29, 31])
+    heads = noisy_heads(target, token_map=token_map)
+    for extra in ({}, {"draft_tree": "topk_3x2"}):
+        k = 3 if extra else 4
+        out = sj.generate(target, prompts, MAX_NEW, stop_token_ids=[],
+                          speculative_config=_medusa(heads, k, **extra))  # fmt: skip
+        assert out.tokens == reference
+        assert out.stats["draft_tokens"] > 0
+    t1 = sj.SamplingParams(temperature=1.0)
+    cfg = _medusa(heads, 2, draft_tree="small_2x3", verification="probabilistic")
+    _, _, static, params, args = engine._setup(target, prompts, MAX_NEW, t1, [], cfg, None)
+    state = engine._prefill_jit(static, params, *args)
+    view = StepInput(state.proposer, state.last, state.cache.lengths, ~state.done)
+    module = nnx.merge(static.graphdef, params[0])
+    key = jax.random.split(jax.random.key(1), len(prompts))
+    draft = static.spec.proposer.propose(static.context, module, params[1], view, key)[0]
+    q, tokens = np.asarray(draft.probs)[:, 1:], np.asarray(draft.tokens)[:, 1:]
+    outside = np.setdiff1d(np.arange(VOCAB), token_map)
+    assert np.isin(tokens, token_map).all()
+    assert (q[..., outside] == 0).all()
+    np.testing.assert_allclose(q.sum(-1), 1.0, atol=1e-5)

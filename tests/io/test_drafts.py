@@ -52,8 +52,8 @@ def shared(target):
 
 def _same(a, b):
     assert a.config == b.config
-    for name in ("w", "b", "lm_head"):
-        pa, pb = getattr(a, name), getattr(b, name)
+    for name in ("w", "b", "lm_head", "token_map"):
+        pa, pb = getattr(a, name, None), getattr(b, name, None)
         assert (pa is None) == (pb is None), name
         if pa is not None:
             x, y = np.asarray(pa[...]), np.asarray(pb[...])
@@ -141,6 +141,60 @@ def test_a_shared_lm_head_is_written_once_and_reads_back(tmp_path, target):
     plain.b.set_value(heads.b[...])
     plain.lm_head.set_value(jnp.broadcast_to(heads.lm_head[...], (K, D, V)))
     np.testing.assert_allclose(np.asarray(heads(h)), np.asarray(plain(h)), rtol=1e-6, atol=1e-6)
+
+
+TOKEN_MAP = np.array([0, 3, 4, 9, 10, 17, 25, 31])  # a draft vocabulary of 8 of the 32 ids
+
+
+@pytest.mark.parametrize("shared_lm_head", [False, True])
+def test_a_draft_vocabulary_round_trips_and_drafts_only_its_ids(tmp_path, target, shared_lm_head):
+    """Heads over a draft vocabulary (vLLM's truncated_vocab_size + token_map): LM heads of Vd
+    columns cut from the target's at the map, logits -inf outside it; exact round trips in
+    the specjax and vLLM layouts, vLLM's names and shapes; a vLLM file whose heads keep all V
+    rows is cut to the map on import (vLLM's load_weights does the same); FasterDecoding,
+    which has no map, is refused by name."""
+    heads = sj.MedusaHeads.for_target(
+        target, num_heads=K, num_layers=L, token_map=TOKEN_MAP, shared_lm_head=shared_lm_head
+    )
+    c = heads.config
+    assert c.draft_vocab_size == 8 and c.truncated and c.vocab_size == 32
+    lm = np.asarray(heads.lm_head[...])
+    full = np.asarray(target_lm_head(target))
+    np.testing.assert_array_equal(lm if shared_lm_head else lm[1], full[:, TOKEN_MAP])
+    _randomised(heads)
+    h = jnp.asarray(np.random.default_rng(6).normal(size=(4, 32)))
+    logits, draft = np.asarray(heads(h)), np.asarray(heads.draft_logits(h))  # [4, K, V], [4, K, 8]
+    outside = np.setdiff1d(np.arange(32), TOKEN_MAP)
+    assert np.isneginf(logits[..., outside]).all() and np.isfinite(logits[..., TOKEN_MAP]).all()
+    np.testing.assert_array_equal(logits[..., TOKEN_MAP], draft)
+    for layout in ("specjax", "vllm"):
+        back = sj.load_draft(sj.save_draft(heads, tmp_path / layout, layout=layout), target=target)
+        _same(heads, back)
+        np.testing.assert_array_equal(np.asarray(back(h)), logits)
+    out = tmp_path / "vllm"
+    config = json.loads((out / "config.json").read_text())
+    assert (config["vocab_size"], config["truncated_vocab_size"]) == (32, 8)
+    tensors = load_file(str(out / drafts.VLLM_WEIGHTS))
+    assert tensors["token_map"].dtype == np.int64 and (tensors["token_map"] == TOKEN_MAP).all()
+    name = "lm_head.weight" if shared_lm_head else "lm_heads.0.weight"
+    assert tensors[name].shape == (8, 32)  # [Vd, D]
+
+    def widen(t):  # heads of all V rows: the map's rows hold the trained ones
+        for n in [n for n in t if n.startswith("lm_head")]:
+            wide = np.zeros((32, 32), np.float32)
+            wide[TOKEN_MAP] = t[n]
+            t[n] = wide
+
+    _rewrite(out / drafts.VLLM_WEIGHTS, widen)
+    _same(heads, sj.load_draft(out))
+    with pytest.raises(ValueError, match=r"layout='fasterdecoding' has no draft vocabulary, but "
+                       r"these heads draft from 8 of 32 ids"):  # fmt: skip
+        sj.save_draft(heads, tmp_path / "fd", layout="fasterdecoding")
+    for bad, match in [(TOKEN_MAP[::-1], "increasing order"), (np.arange(8) + 30, r"max 37"),
+                       (TOKEN_MAP[:5], r"shape \(5,\)")]:  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            sj.MedusaHeads.for_target(target, num_heads=K, token_map=bad,
+                                      draft_vocab_size=8)  # fmt: skip
 
 
 def test_load_draft_finds_a_workdirs_heads(tmp_path, heads):
@@ -304,9 +358,13 @@ BAD_VLLM = {
         r"holds block biases \(blocks\.0\.layers\.0\.bias, \.\.\.\) but config\.json has "
         r"medusa_fc_bias=False, not true: vLLM would drop them",
     ),
-    "truncated vocabulary": (
+    "truncated vocabulary without a map": (
         dict(truncated_vocab_size=16),
-        r"truncated_vocab_size=16 differs from vocab_size=32",
+        r"truncated_vocab_size=16 < vocab_size=32 needs a 'token_map' tensor",
+    ),
+    "a map vLLM would ignore": (
+        dict(edit=lambda t: t.update(token_map=np.arange(32, dtype=np.int64))),
+        r"a 'token_map' tensor but truncated_vocab_size=32 equals vocab_size",
     ),
     "bad field": (dict(num_heads=0), r"field 'num_heads'=0 is out of range: must be >= 1"),
     "string bool": (

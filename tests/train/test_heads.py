@@ -7,6 +7,7 @@ a random letter ("q r s t ..."), so the token at t + 2 and t + 3 is a function o
 at t. A tiny LM is trained on it once per module (~20 s); head runs take seconds each.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -121,6 +122,40 @@ def test_soft_label_losses_train_the_heads(corpus, target_dir, tmp_path, kind, t
         np.testing.assert_array_equal(np.asarray(heads.lm_head[...]), lm)
     else:
         assert not (np.asarray(heads.lm_head[...]) == lm).all()  # trained away from the target's
+
+
+def test_a_draft_vocabulary_is_the_rows_most_frequent_labels(corpus, target_dir, tmp_path):
+    """`heads.draft_vocab_size`: the heads draft from the most frequent target ids among the
+    train rows' labels (increasing order), still learn the tokens ahead with soft labels on
+    the shared frozen LM head (cut to those ids), log how many labels the map covers,
+    and export the map where vLLM reads it."""
+    from specjax.train.rows import token_counts
+
+    config = heads_config(corpus, target_dir)
+    config.heads.update(draft_vocab_size=24, shared_lm_head=True)
+    config.loss.update(kind="kl", temperature=2.0)
+    config.features.precompute = True
+    config.export.layouts = ("vllm",)
+    summary = th.train_heads(config, tmp_path)
+    target = sj.load_model(target_dir)
+    heads = sj.load_draft(tmp_path, target=target)
+    train_rows, eval_rows = th.prepare_rows(config, target, tmp_path)
+    counts = token_counts(train_rows, target.config.vocab_size)
+    token_map = np.asarray(heads.token_map[...])
+    assert summary["draft_vocab_size"] == 24 and token_map.shape == (24,)
+    assert (np.diff(token_map) > 0).all()
+    assert counts[token_map].min() >= np.delete(counts, token_map).max()  # the 24 most frequent
+    np.testing.assert_array_equal(
+        np.asarray(heads.lm_head[...]), np.asarray(target_lm_head(target.module))[:, token_map]
+    )
+    assert min(summary["top1"]) > 0.45, summary["top1"]  # chance is ~1/26
+    logged = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "eval/loss" in r]
+    labels = np.asarray(eval_rows["tokens"])[:, 2:][np.asarray(eval_rows["mask"])[:, 2:] > 0]
+    covered = np.isin(labels, token_map).mean()  # head 0's labels inside the map
+    assert 0.8 < covered < 1
+    np.testing.assert_allclose(logged[-1]["eval/head_0/coverage"], covered, atol=0.05)
+    vllm = json.loads((tmp_path / "export" / "vllm" / "config.json").read_text())
+    assert vllm["truncated_vocab_size"] == 24 and vllm["vocab_size"] == target.config.vocab_size
 
 
 def test_chat_instructions_at_two_temperatures(corpus, target_dir, tmp_path):

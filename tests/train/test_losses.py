@@ -66,31 +66,43 @@ def _mean(values):
     return float(np.sum(values)) / max(len(values), 1)  # masked_mean: 0 when nothing counts
 
 
-def _medusa_oracle(heads, tokens, mask, decay, target, kind, temp, ranks, label=2, law=1):
+def _medusa_oracle(
+    heads, tokens, mask, decay, target, kind, temp, ranks, label=2, law=1, draft_ids=None
+):
     """Medusa's loss by loops over (b, t, k): head k at t is scored against the token at
     t + k + `label` (counted iff it lies in the row and its mask is 1) and, for the soft
-    kinds, against the target's law at t + k + `law`. Returns (loss, metrics)."""
+    kinds, against the target's law at t + k + `law`. With `draft_ids` the heads' logits are
+    over those target ids: a label outside them is a miss in the accuracies and out of the
+    losses, and the target's law is its restriction to them. Returns (loss, metrics)."""
     B, T, K, V = heads.shape
+    ids = np.arange(V) if draft_ids is None else np.asarray(draft_ids)
     loss, metrics = 0.0, {}
     for k in range(K):
         names = ["ce", "top1", "top5", "law"] + [f"rank_{r}" for r in range(ranks)]
-        per = {n: [] for n in names}
+        per = {n: [] for n in names + ["coverage"]}
         for b in range(B):
             for t in range(T):
                 j = t + k + label
                 if j >= T or not mask[b, j]:
                     continue
                 logq = _log_softmax(heads[b, t, k])
-                order = np.argsort(-logq, kind="stable")  # ranks, lower id first on ties
+                order = ids[np.argsort(-logq, kind="stable")]  # ranks, lower id first on ties
                 y = tokens[b, j]
-                per["ce"].append(-logq[y])
                 per["top1"].append(float(order[0] == y))
                 per["top5"].append(float(y in order[:5]))
                 for r in range(ranks):
                     per[f"rank_{r}"].append(float(order[r] == y))
+                per["coverage"].append(float(y in ids))
+                if y not in ids:
+                    continue
+                per["ce"].append(-logq[list(ids).index(y)])
                 if kind != "ce":
-                    per["law"].append(_law(target[b, t + k + law], heads[b, t, k], kind, temp))
-        means = {n: _mean(v) for n, v in per.items() if n != "law" or kind != "ce"}
+                    p_logits = target[b, t + k + law][ids]
+                    per["law"].append(_law(p_logits, heads[b, t, k], kind, temp))
+        skip = {"law"} if kind == "ce" else set()
+        if draft_ids is None:
+            skip.add("coverage")
+        means = {n: _mean(v) for n, v in per.items() if n not in skip}
         loss += decay**k * (means["ce"] if kind == "ce" else means["law"])
         metrics.update({f"head_{k}/{n}": v for n, v in means.items()})
     return loss, metrics
@@ -130,6 +142,37 @@ def test_medusa_loss_against_a_numpy_loop(kind, seed):
     assert abs(_medusa_oracle(*args, label=1, law=0)[0] - float(loss)) > 1e-3
     if kind != "ce":  # the law at the label's own position: another number too
         assert abs(_medusa_oracle(*args, law=2)[0] - float(loss)) > 1e-3
+
+
+@pytest.mark.parametrize("kind", losses.LOSS_KINDS)
+def test_medusa_loss_over_a_draft_vocabulary_against_a_numpy_loop(kind):
+    """Heads over a draft vocabulary (vLLM's token_map): logits over Vd target ids, labels
+    outside them out of the losses but misses in the accuracies, the target's law restricted
+    to the ids and renormalised. Against the oracle; and without the map (the same logits read
+    as ids 0..Vd-1) the numbers differ."""
+    rng = np.random.default_rng(5)
+    B, T, K, V, Vd, decay, temp, ranks = 2, 12, 3, 12, 5, 0.8, 0.7, 3
+    draft_ids = np.array([0, 2, 3, 7, 9])
+    heads = rng.normal(size=(B, T, K, Vd)) * 2
+    target = rng.normal(size=(B, T, V)) * 2
+    tokens = rng.choice([0, 2, 3, 7, 9, 1, 4], size=(B, T))  # some labels outside the map
+    mask = (rng.random((B, T)) > 0.2).astype(np.int8)
+    loss, metrics = losses.medusa_loss(
+        jnp.asarray(heads, jnp.float32), jnp.asarray(tokens), jnp.asarray(mask), decay, ranks,
+        target_logits=jnp.asarray(target[..., draft_ids], jnp.float32), kind=kind,
+        temperature=temp, draft_ids=jnp.asarray(draft_ids, jnp.int32),
+    )  # fmt: skip
+    want, want_metrics = _medusa_oracle(
+        heads, tokens, mask, decay, target, kind, temp, ranks, draft_ids=draft_ids
+    )
+    assert sorted(metrics) == sorted(want_metrics)
+    for name, value in want_metrics.items():
+        np.testing.assert_allclose(metrics[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(loss, want, rtol=1e-4, atol=1e-6)
+    assert 0.3 < float(metrics["head_0/coverage"]) < 0.95  # labels inside and outside
+    plain, _ = _medusa_oracle(heads, np.minimum(tokens, Vd - 1), mask, decay,
+                              target[..., :Vd], kind, temp, ranks)  # fmt: skip
+    assert abs(plain - float(loss)) > 1e-3
 
 
 def test_eagle_tv_step_loss_over_a_reduced_draft_vocabulary():

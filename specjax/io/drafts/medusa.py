@@ -13,8 +13,9 @@
   import refuses any tensor vLLM would drop. The import reads what vLLM reads: every
   `*.safetensors`, `medusa_heads.` prefixes and FasterDecoding names, config keys holding
   "num" and "heads"/"layers", `original_lm_head` (one LM head for all), `logit_scale`
-  (folded into the LM heads). A truncated vocabulary (`token_map`, -inf logits outside it) is
-  refused: a linear head cannot express it.
+  (folded into the LM heads). A truncated vocabulary: `truncated_vocab_size` Vd < vocab_size
+  with a `token_map` tensor [Vd] (the target id of each draft id; -inf logits outside it) and
+  LM heads of Vd rows (vLLM also takes V rows and keeps those at token_map; so does the import).
 - ``fasterdecoding`` (FasterDecoding/Medusa `medusa/model/medusa_model.py`): config.json
   (`medusa_num_heads`, `medusa_num_layers`, `base_model_name_or_path`) and
   `medusa_lm_head.safetensors`, the heads' `state_dict()`: `{h}.{l}.linear.{weight,bias}`,
@@ -25,7 +26,8 @@
   function). "Version 2" heads (train_legacy since 2024-04) have no `{h}.{L}.weight` and use
   the base model's LM head: their import needs `target=`. The export adds hidden_size,
   vocab_size and `medusa_fc_bias: true`, which FasterDecoding ignores and vLLM needs to load
-  this directory (else hidden_size 4096 and the biases dropped).
+  this directory (else hidden_size 4096 and the biases dropped). FasterDecoding has no draft
+  vocabulary: truncated heads export as ``vllm`` or ``specjax``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.heads import MedusaConfig, MedusaHeads, check_heads_fit
-from specjax.heads.medusa import target_lm_head
+from specjax.heads.medusa import check_token_map, target_lm_head
 from specjax.io.drafts.common import (
     HF_CONFIG,
     SPECJAX_CONFIG,
@@ -60,8 +62,8 @@ FD_PICKLE = "medusa_lm_head.pt"
 
 
 def medusa_arrays(heads: MedusaHeads) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-    """(w [K, Lb, D, D], b [K, Lb, D] or None, lm_head [K, D, V]) as float32 numpy; a shared
-    LM head comes back as a read-only [K, D, V] view of its one [D, V] copy."""
+    """(w [K, Lb, D, D], b [K, Lb, D] or None, lm_head [K, D, Vd]) as float32 numpy; a shared
+    LM head comes back as a read-only [K, D, Vd] view of its one [D, Vd] copy."""
     get = lambda p: np.asarray(p[...], np.float32)  # noqa: E731
     lm_head = get(heads.lm_head)
     if heads.config.shared_lm_head:
@@ -70,16 +72,29 @@ def medusa_arrays(heads: MedusaHeads) -> tuple[np.ndarray, np.ndarray | None, np
 
 
 def medusa_dict(heads: MedusaHeads) -> dict[str, np.ndarray]:
-    """The heads' arrays by name: w, b (when biased) and lm_head [K, D, V]."""
+    """The heads' arrays by name: w, b (when biased), lm_head [K, D, Vd] and, for a draft
+    vocabulary, token_map [Vd] int64."""
     w, b, lm_head = medusa_arrays(heads)
-    return {"w": w, "lm_head": lm_head, **({} if b is None else {"b": b})}
+    arrays = {"w": w, "lm_head": lm_head, **({} if b is None else {"b": b})}
+    if heads.config.truncated:
+        arrays["token_map"] = np.asarray(heads.token_map[...], np.int64)
+    return arrays
 
 
-def _from_arrays(config: MedusaConfig, w, b, lm_head, target, where: Path) -> MedusaHeads:
+def _from_arrays(
+    config: MedusaConfig, w, b, lm_head, target, where: Path, token_map=None
+) -> MedusaHeads:
     """Heads holding exactly these arrays: w [K, Lb, D, D], b [K, Lb, D] | None, lm_head
-    [K, D, V] ([D, V] with `config.shared_lm_head`); refused first unless they fit `target`."""
+    [K, D, Vd] ([D, Vd] with `config.shared_lm_head`), token_map [Vd] for a draft vocabulary;
+    refused first unless they fit `target`."""
     check_heads_fit(config, target, where)
-    heads = MedusaHeads(config, lm_head=np.zeros((config.hidden_size, config.vocab_size)))
+    if config.truncated:
+        try:
+            token_map = check_token_map(token_map, config)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from e
+    zeros = np.zeros((config.hidden_size, config.draft_vocab_size))
+    heads = MedusaHeads(config, lm_head=zeros, token_map=token_map)
     heads.w.set_value(jnp.asarray(w, config.dtype))
     if b is not None:
         heads.b.set_value(jnp.asarray(b, config.dtype))
@@ -112,15 +127,17 @@ def load_specjax(directory: Path, meta: dict, target=None) -> MedusaHeads:
         raise ValueError(f"{where}: bad config ({e})") from e
     wfile = directory / SPECJAX_WEIGHTS
     tensors = read_tensors([wfile])
-    K, Lb, D, V = config.num_heads, config.stored_blocks, config.hidden_size, config.vocab_size
+    K, Lb, D = config.num_heads, config.stored_blocks, config.hidden_size
+    V = config.draft_vocab_size
     why = (f" ({where.name}: num_heads={K}, stored blocks={Lb}, hidden_size={D}, "
-           f"vocab_size={V}, shared_lm_head={config.shared_lm_head})")  # fmt: skip
+           f"draft_vocab_size={V}, shared_lm_head={config.shared_lm_head})")  # fmt: skip
     w = take(tensors, "w", (K, Lb, D, D), wfile, why)
     b = take(tensors, "b", (K, Lb, D), wfile, why) if config.bias else None
     lm_shape = (D, V) if config.shared_lm_head else (K, D, V)
     lm_head = take(tensors, "lm_head", lm_shape, wfile, why)
+    token_map = take(tensors, "token_map", (V,), wfile, why) if config.truncated else None
     check_consumed(tensors, wfile, f" ({where.name}: bias={config.bias})")
-    return _from_arrays(config, w, b, lm_head, target, directory)
+    return _from_arrays(config, w, b, lm_head, target, directory, token_map)
 
 
 # ------------------------------------------------------------------------------------ vLLM
@@ -139,7 +156,9 @@ def vllm_layout(heads: MedusaHeads) -> Files:
         if not c.shared_lm_head:
             tensors[f"lm_heads.{h}.weight"] = lm_head[h].T  # [V, D]
     if c.shared_lm_head:
-        tensors["lm_head.weight"] = lm_head[0].T  # [V, D], read by every head
+        tensors["lm_head.weight"] = lm_head[0].T  # [Vd, D], read by every head
+    if c.truncated:
+        tensors["token_map"] = np.asarray(heads.token_map[...], np.int64)  # [Vd] target ids
     config = {
         "model_type": "medusa",
         "architectures": [VLLM_ARCH],
@@ -147,7 +166,7 @@ def vllm_layout(heads: MedusaHeads) -> Files:
         "vocab_size": c.vocab_size,
         "num_heads": c.num_heads,
         "num_hidden_layers": c.num_layers,
-        "truncated_vocab_size": c.vocab_size,
+        "truncated_vocab_size": c.draft_vocab_size,
         "medusa_fc_bias": b is not None,  # vLLM drops the biases silently without it
         "original_lm_head": c.shared_lm_head,
         "torch_dtype": "float32",  # the tensors' dtype; vLLM casts them to the target's
@@ -196,36 +215,52 @@ def _vllm_tensors(directory: Path) -> tuple[dict, Path]:
     return tensors, where
 
 
-def _vllm_sizes(config: dict, tensors: dict, where: Path) -> tuple[int, int, int, int]:
-    """(D, V, K, L) from config.json; a missing vocab_size is read off the first LM head
-    (vLLM would default it to 32001, then to the target's)."""
+def _vllm_sizes(config: dict, tensors: dict, where: Path) -> tuple[int, int, int, int, int]:
+    """(D, V, Vd, K, L) from config.json; a missing vocab_size is read off the first LM head
+    (vLLM would default it to 32001, then to the target's); Vd is truncated_vocab_size (V when
+    absent)."""
     D = int_field(config, "hidden_size", where)
     K, L = int_field(config, "num_heads", where), int_field(config, "num_hidden_layers", where)
     V = config.get("vocab_size")
     first = tensors.get("lm_heads.0.weight", tensors.get("lm_head.weight"))
-    if V is None and first is not None and first.ndim == 2:
+    if V is None and first is not None and first.ndim == 2 and "token_map" not in tensors:
         V = first.shape[0]
     V = int_field({"vocab_size": V}, "vocab_size", where)
-    truncated = config.get("truncated_vocab_size")
-    if truncated is not None and truncated != V:
+    Vd = config.get("truncated_vocab_size")
+    Vd = V if Vd is None else int_field({"truncated_vocab_size": Vd}, "truncated_vocab_size", where)
+    if Vd > V:
+        raise ValueError(f"{where}: truncated_vocab_size={Vd} exceeds vocab_size={V}")
+    if Vd < V and "token_map" not in tensors:
         raise ValueError(
-            f"{where}: truncated_vocab_size={truncated} differs from vocab_size={V}: heads over "
-            "a truncated vocabulary (vLLM's token_map, -inf logits outside it) are not supported"
+            f"{where}: truncated_vocab_size={Vd} < vocab_size={V} needs a 'token_map' tensor "
+            "(the target id of each draft id), and the weights hold none"
         )
-    return D, V, K, L
+    if Vd == V and "token_map" in tensors:
+        raise ValueError(
+            f"{where}: a 'token_map' tensor but truncated_vocab_size={Vd} equals vocab_size: "
+            "vLLM would ignore the map"
+        )
+    return D, V, Vd, K, L
 
 
-def _vllm_lm_head(tensors: dict, original: bool, K: int, V: int, D: int, wfile, why):
-    """[D, V] shared by every head (`original_lm_head`), else [K, D, V]."""
+def _vllm_lm_head(tensors: dict, original: bool, K: int, V: int, D: int, wfile, why, token_map):
+    """[D, Vd] shared by every head (`original_lm_head`), else [K, D, Vd]. With a token map, a
+    head of V rows is cut to the map's rows, as vLLM's load_weights does."""
+
+    def take_head(name):
+        if token_map is not None and tuple(getattr(tensors.get(name), "shape", ())) == (V, D):
+            tensors[name] = tensors[name][np.asarray(token_map)]
+        rows = V if token_map is None else len(token_map)
+        return take(tensors, name, (rows, D), wfile, why).T  # [D, Vd]
+
     if not original:
-        return np.stack([take(tensors, f"lm_heads.{h}.weight", (V, D), wfile, why).T
-                         for h in range(K)])  # fmt: skip  # [K, D, V]
+        return np.stack([take_head(f"lm_heads.{h}.weight") for h in range(K)])  # [K, D, Vd]
     # One LM head for every head: lm_head.weight, else lm_heads.0.weight.
     if "lm_head.weight" in tensors and "lm_heads.0.weight" in tensors:
         raise ValueError(f"{wfile}: both 'lm_head.weight' and 'lm_heads.0.weight' with "
                          "original_lm_head: true (vLLM keeps whichever comes last)")  # fmt: skip
     name = "lm_head.weight" if "lm_head.weight" in tensors else "lm_heads.0.weight"
-    return take(tensors, name, (V, D), wfile, why).T  # [D, V]
+    return take_head(name)  # [D, Vd]
 
 
 def load_vllm(directory: Path, target=None) -> MedusaHeads:
@@ -237,7 +272,10 @@ def load_vllm(directory: Path, target=None) -> MedusaHeads:
             f"{where}: field 'architectures'={arch!r}, vLLM's Medusa is ['{VLLM_ARCH}']"
         )
     tensors, wfile = _vllm_tensors(directory)
-    D, V, K, L = _vllm_sizes(config, tensors, where)
+    D, V, Vd, K, L = _vllm_sizes(config, tensors, where)
+    token_map = None
+    if Vd < V:
+        token_map = take(tensors, "token_map", (Vd,), wfile, f" (truncated_vocab_size={Vd})")
     bias = bool_field(config, "medusa_fc_bias", where, False)
     original = bool_field(config, "original_lm_head", where, False)
     scale = config.get("logit_scale", 1.0)
@@ -252,7 +290,7 @@ def load_vllm(directory: Path, target=None) -> MedusaHeads:
             w[h, layer] = take(tensors, f"blocks.{h}.layers.{layer}.weight", (D, D), wfile, why).T
             if bias:
                 b[h, layer] = take(tensors, f"blocks.{h}.layers.{layer}.bias", (D,), wfile, why)
-    lm_head = _vllm_lm_head(tensors, original, K, V, D, wfile, why)
+    lm_head = _vllm_lm_head(tensors, original, K, V, D, wfile, why, token_map)
     stray = sorted(n for n in tensors if n.startswith("blocks.") and n.endswith(".bias"))
     if stray and not bias:
         raise ValueError(
@@ -264,8 +302,9 @@ def load_vllm(directory: Path, target=None) -> MedusaHeads:
     if scale != 1.0:  # vLLM scales the logits; folded in, equal up to rounding
         lm_head = lm_head * np.float32(scale)
     base = str(config.get("base_model_name_or_path") or "")
-    mc = MedusaConfig(D, V, K, L, bias=bias, shared_lm_head=original, base_model=base)
-    return _from_arrays(mc, w, b, lm_head, target, directory)
+    mc = MedusaConfig(D, V, K, L, bias=bias, shared_lm_head=original, base_model=base,
+                      draft_vocab_size=Vd)  # fmt: skip
+    return _from_arrays(mc, w, b, lm_head, target, directory, token_map)
 
 
 # -------------------------------------------------------------------------- FasterDecoding
@@ -282,6 +321,12 @@ def is_fasterdecoding(directory: Path, config: dict | None) -> bool:
 
 def fasterdecoding_layout(heads: MedusaHeads) -> Files:
     c = heads.config
+    if c.truncated:
+        raise ValueError(
+            f"layout='fasterdecoding' has no draft vocabulary, but these heads draft from "
+            f"{c.draft_vocab_size} of {c.vocab_size} ids (draft_vocab_size): export with "
+            "layout='vllm' (truncated_vocab_size, token_map) or 'specjax'"
+        )
     if c.num_layers > 1 and not c.shared_blocks:
         raise ValueError(
             f"layout='fasterdecoding' shares one residual block across the num_layers="
