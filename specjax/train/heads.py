@@ -163,6 +163,18 @@ def check_config(config) -> None:
         raise ValueError(
             f"config.heads.draft_vocab_size={vd!r} must be an int >= 0 (0: the whole vocabulary)"
         )
+    layouts = tuple(config.export.layouts)
+    if vd and "fasterdecoding" in layouts:
+        raise ValueError(
+            f"config.heads.draft_vocab_size={vd} with config.export.layouts={layouts}: "
+            "FasterDecoding's layout has no draft vocabulary"
+        )
+    if vd and "vllm" in layouts and not config.heads.get("shared_lm_head", False):
+        raise ValueError(
+            f"config.heads.draft_vocab_size={vd} with config.export.layouts={layouts} needs "
+            "config.heads.shared_lm_head=True: vLLM loads a draft vocabulary only with one "
+            "shared LM head (original_lm_head)"
+        )
     if config.joint.enabled and config.joint.heads_only_steps >= config.train.num_steps:
         raise ValueError(
             f"config.joint.heads_only_steps={config.joint.heads_only_steps} leaves no joint "

@@ -150,9 +150,10 @@ TOKEN_MAP = np.array([0, 3, 4, 9, 10, 17, 25, 31])  # a draft vocabulary of 8 of
 def test_a_draft_vocabulary_round_trips_and_drafts_only_its_ids(tmp_path, target, shared_lm_head):
     """Heads over a draft vocabulary (vLLM's truncated_vocab_size + token_map): LM heads of Vd
     columns cut from the target's at the map, logits -inf outside it; exact round trips in
-    the specjax and vLLM layouts, vLLM's names and shapes; a vLLM file whose heads keep all V
-    rows is cut to the map on import (vLLM's load_weights does the same); FasterDecoding,
-    which has no map, is refused by name."""
+    the specjax layout and, with one shared LM head (the only form vLLM 0.32 builds), the vLLM
+    layout, with vLLM's names and shapes; a vLLM file whose head keeps all V rows is cut to
+    the map on import (vLLM's load_weights does the same); per-head LM heads are refused for
+    vLLM both ways, and FasterDecoding, which has no map, is refused by name."""
     heads = sj.MedusaHeads.for_target(
         target, num_heads=K, num_layers=L, token_map=TOKEN_MAP, shared_lm_head=shared_lm_head
     )
@@ -167,17 +168,24 @@ def test_a_draft_vocabulary_round_trips_and_drafts_only_its_ids(tmp_path, target
     outside = np.setdiff1d(np.arange(32), TOKEN_MAP)
     assert np.isneginf(logits[..., outside]).all() and np.isfinite(logits[..., TOKEN_MAP]).all()
     np.testing.assert_array_equal(logits[..., TOKEN_MAP], draft)
-    for layout in ("specjax", "vllm"):
+    for layout in ("specjax", "vllm") if shared_lm_head else ("specjax",):
         back = sj.load_draft(sj.save_draft(heads, tmp_path / layout, layout=layout), target=target)
         _same(heads, back)
         np.testing.assert_array_equal(np.asarray(back(h)), logits)
+    with pytest.raises(ValueError, match=r"layout='fasterdecoding' has no draft vocabulary, but "
+                       r"these heads draft from 8 of 32 ids"):  # fmt: skip
+        sj.save_draft(heads, tmp_path / "fd", layout="fasterdecoding")
+    if not shared_lm_head:
+        with pytest.raises(ValueError, match=r"vLLM builds per-head LM heads over the whole "
+                           r"vocabulary .*shared_lm_head=True"):  # fmt: skip
+            sj.save_draft(heads, tmp_path / "vllm", layout="vllm")
+        return
     out = tmp_path / "vllm"
     config = json.loads((out / "config.json").read_text())
     assert (config["vocab_size"], config["truncated_vocab_size"]) == (32, 8)
     tensors = load_file(str(out / drafts.VLLM_WEIGHTS))
     assert tensors["token_map"].dtype == np.int64 and (tensors["token_map"] == TOKEN_MAP).all()
-    name = "lm_head.weight" if shared_lm_head else "lm_heads.0.weight"
-    assert tensors[name].shape == (8, 32)  # [Vd, D]
+    assert tensors["lm_head.weight"].shape == (8, 32)  # [Vd, D]
 
     def widen(t):  # heads of all V rows: the map's rows hold the trained ones
         for n in [n for n in t if n.startswith("lm_head")]:
@@ -187,9 +195,10 @@ def test_a_draft_vocabulary_round_trips_and_drafts_only_its_ids(tmp_path, target
 
     _rewrite(out / drafts.VLLM_WEIGHTS, widen)
     _same(heads, sj.load_draft(out))
-    with pytest.raises(ValueError, match=r"layout='fasterdecoding' has no draft vocabulary, but "
-                       r"these heads draft from 8 of 32 ids"):  # fmt: skip
-        sj.save_draft(heads, tmp_path / "fd", layout="fasterdecoding")
+    _edit_json(out / "config.json", original_lm_head=False)
+    with pytest.raises(ValueError, match=r"truncated_vocab_size=8 < vocab_size=32 without "
+                       r"original_lm_head: true"):  # fmt: skip
+        sj.load_draft(out)
     for bad, match in [(TOKEN_MAP[::-1], "increasing order"), (np.arange(8) + 30, r"max 37"),
                        (TOKEN_MAP[:5], r"shape \(5,\)")]:  # fmt: skip
         with pytest.raises(ValueError, match=match):

@@ -339,6 +339,12 @@ def test_non_finite_loss_stops_the_run(corpus, target_dir, tmp_path):
         ({"joint.enabled": True, "joint.heads_only_steps": 60}, "heads_only_steps=60 leaves no"),
         ({"target": ""}, "config.target is empty"),
         ({"loss.kind": "hinge"}, r"config.loss.kind='hinge' is not one of"),
+        ({"heads.draft_vocab_size": -1}, r"config.heads.draft_vocab_size=-1 must be an int >= 0"),
+        ({"heads.draft_vocab_size": 10**6}, r"draft_vocab_size=1000000 exceeds the target's"),
+        (
+            {"heads.draft_vocab_size": 16, "export.layouts": ("vllm",)},
+            r"needs config.heads.shared_lm_head=True: vLLM loads a draft vocabulary only",
+        ),  # fmt: skip
     ],
 )
 def test_bad_configs_are_refused_by_name(corpus, target_dir, tmp_path, change, match):

@@ -15,7 +15,10 @@
   "num" and "heads"/"layers", `original_lm_head` (one LM head for all), `logit_scale`
   (folded into the LM heads). A truncated vocabulary: `truncated_vocab_size` Vd < vocab_size
   with a `token_map` tensor [Vd] (the target id of each draft id; -inf logits outside it) and
-  LM heads of Vd rows (vLLM also takes V rows and keeps those at token_map; so does the import).
+  one LM head of Vd rows (vLLM also takes V rows and keeps those at token_map; so does the
+  import). vLLM builds it only with `original_lm_head: true`: its per-head LM heads always
+  have V rows, and its loader asserts a checkpoint's rows equal V after cutting them to the
+  map, so per-head LM heads over a draft vocabulary are refused both ways.
 - ``fasterdecoding`` (FasterDecoding/Medusa `medusa/model/medusa_model.py`): config.json
   (`medusa_num_heads`, `medusa_num_layers`, `base_model_name_or_path`) and
   `medusa_lm_head.safetensors`, the heads' `state_dict()`: `{h}.{l}.linear.{weight,bias}`,
@@ -145,6 +148,13 @@ def load_specjax(directory: Path, meta: dict, target=None) -> MedusaHeads:
 
 def vllm_layout(heads: MedusaHeads) -> Files:
     c = heads.config
+    if c.truncated and not c.shared_lm_head:
+        raise ValueError(
+            f"layout='vllm': these heads draft from {c.draft_vocab_size} of {c.vocab_size} ids "
+            "with one LM head each, but vLLM builds per-head LM heads over the whole vocabulary "
+            "and refuses a token_map's rows there; a draft vocabulary loads in vLLM with one "
+            "shared LM head (shared_lm_head=True, its original_lm_head)"
+        )
     w, b, lm_head = medusa_arrays(heads)
     tensors = {}
     for h in range(c.num_heads):
@@ -273,11 +283,17 @@ def load_vllm(directory: Path, target=None) -> MedusaHeads:
         )
     tensors, wfile = _vllm_tensors(directory)
     D, V, Vd, K, L = _vllm_sizes(config, tensors, where)
+    original = bool_field(config, "original_lm_head", where, False)
     token_map = None
+    if Vd < V and not original:
+        raise ValueError(
+            f"{where}: truncated_vocab_size={Vd} < vocab_size={V} without original_lm_head: "
+            "true; vLLM builds per-head LM heads over the whole vocabulary and its loader "
+            "refuses the map's rows there"
+        )
     if Vd < V:
         token_map = take(tensors, "token_map", (Vd,), wfile, f" (truncated_vocab_size={Vd})")
     bias = bool_field(config, "medusa_fc_bias", where, False)
-    original = bool_field(config, "original_lm_head", where, False)
     scale = config.get("logit_scale", 1.0)
     if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not np.isfinite(scale):
         raise ValueError(f"{where}: field 'logit_scale'={scale!r} must be a finite number")
