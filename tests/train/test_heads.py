@@ -29,6 +29,7 @@ from specjax.io.drafts import medusa_arrays
 from specjax.train import heads as th
 from specjax.train import lm
 from specjax.train.metrics import read_jsonl
+from specjax.train.rows import token_counts
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -129,8 +130,6 @@ def test_a_draft_vocabulary_is_the_rows_most_frequent_labels(corpus, target_dir,
     train rows' labels (increasing order), still learn the tokens ahead with soft labels on
     the shared frozen LM head (cut to those ids), log how many labels the map covers,
     and export the map where vLLM reads it."""
-    from specjax.train.rows import token_counts
-
     config = heads_config(corpus, target_dir)
     config.heads.update(draft_vocab_size=24, shared_lm_head=True)
     config.loss.update(kind="kl", temperature=2.0)
