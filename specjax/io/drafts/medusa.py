@@ -18,7 +18,11 @@
   one LM head of Vd rows (vLLM also takes V rows and keeps those at token_map; so does the
   import). vLLM builds it only with `original_lm_head: true`: its per-head LM heads always
   have V rows, and its loader asserts a checkpoint's rows equal V after cutting them to the
-  map, so per-head LM heads over a draft vocabulary are refused both ways.
+  map, so per-head LM heads over a draft vocabulary are refused both ways. vLLM 0.32 loads a
+  truncated head only with `model_loader_extra_config={"enable_weights_track": False}`: its
+  `Medusa.load_weights` reads `token_map` without reporting it loaded, so the default strict
+  check refuses it ("weights were not initialized from checkpoint: {'token_map'}"); no layout
+  avoids that, the map being read under that name only (experiments/vllm_medusa_check.py).
 - ``fasterdecoding`` (FasterDecoding/Medusa `medusa/model/medusa_model.py`): config.json
   (`medusa_num_heads`, `medusa_num_layers`, `base_model_name_or_path`) and
   `medusa_lm_head.safetensors`, the heads' `state_dict()`: `{h}.{l}.linear.{weight,bias}`,
