@@ -1,7 +1,8 @@
 """The one matmul function of the decode path, and the CPU kernel behind it.
 
 Decoders and heads call `matmul` (and `embed_lookup` for tables); nothing else knows which
-product runs. A weight is either a plain array (`[*G, K, N]`, the training and checkpoint
+product runs. A decoder laid out for decoding also sends small query blocks to
+`cache_attention` (`attention.cc`), which reads only each row's visible cache slots. A weight is either a plain array (`[*G, K, N]`, the training and checkpoint
 layout) or a `PackedWeight` (panels of 16 output columns, laid out once by `lay_out` before
 decoding on the CPU). A packed weight with at most `MAX_KERNEL_ROWS` rows of activations goes
 to the C++ kernel (`packed_matmul.cc`, an XLA FFI custom call on XLA's thread pool); more rows
@@ -19,11 +20,13 @@ import os
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from specjax.kernels import build
 
 ENV = "SPECJAX_CPU_KERNEL"
+ATTENTION_ENV = "SPECJAX_CPU_ATTENTION"  # "0": XLA's attention, the matmul kernel kept
 LANES = 16  # output columns per panel (the kernel's `kLanes`)
 # Activation rows up to which the kernel beats XLA's dot over the same (packed) weights; above
 # it XLA's GEMM over the panels as stored. Measured on an AVX2-only AMD EPYC (BENCHMARKS.md
@@ -108,9 +111,13 @@ def unpack(w) -> jax.Array:
     return full.T if w.table else full
 
 
+def _off(env: str) -> bool:
+    return os.environ.get(env, "1").strip().lower() in ("0", "false", "off", "no")
+
+
 def available() -> bool:
     """The kernel is switched on, the backend is the CPU, and the library is built."""
-    if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "off", "no"):
+    if _off(ENV):
         return False
     if jax.default_backend() != "cpu":
         return False
@@ -172,6 +179,43 @@ def per_group_matmul(x, w):
     return jnp.moveaxis(y, 0, 1).reshape(*lead, G, w.n)
 
 
+# Query rows per block up to which the attention kernel runs (a decode step, a verify block,
+# a tree level); longer blocks (a prefill) go to XLA's batched dots, which are ahead there.
+MAX_ATTENTION_ROWS = 16
+
+
+def attention_applies(q, cache_k) -> bool:
+    """Whether `cache_attention` takes this block: float32, few rows, the kernel available,
+    and not switched off by `SPECJAX_CPU_ATTENTION=0` (A/B runs; the matmul kernel stays)."""
+    return (
+        q.shape[1] <= MAX_ATTENTION_ROWS
+        and not _off(ATTENTION_ENV)
+        and q.dtype == jnp.float32
+        and cache_k.dtype == jnp.float32
+        and available()
+    )
+
+
+def cache_attention(q, cache_k, cache_v, layer: int, mask, scale: float, march: str = "native"):
+    """Attention of a block of queries over one layer of the KV cache, through the C++ kernel.
+
+    Each query row reads only the slots its mask shows (`attention.cc`), so invisible slots
+    (stale, NaN) never leak, and a row's output does not depend on the block's size.
+
+    Args:
+      q: [B, T, N, H] float32. cache_k, cache_v: [L, B, KH, S, H] float32, the whole cache
+        (the layer is an attribute: no slice is copied). layer: static layer index.
+      mask: [B, T, S] bool, the slots each query sees. scale: the score scale (1/sqrt(H)).
+    Returns:
+      [B, T, N, H] float32; zero for a row that sees no slot.
+    """
+    if build.load(march) is None:
+        raise RuntimeError("cache_attention: the CPU kernel library is not available")
+    out = jax.ShapeDtypeStruct(q.shape, jnp.float32)
+    call = jax.ffi.ffi_call(build.attention_ffi_name(march), out, vmap_method="sequential")
+    return call(q, cache_k, cache_v, mask, layer=int(layer), scale=np.float32(scale))
+
+
 def embed_lookup(table, tokens):
     """Rows of an embedding table [V, D] (array or packed table) at tokens [...] -> [..., D]."""
     if not isinstance(table, PackedWeight):
@@ -183,11 +227,15 @@ def embed_lookup(table, tokens):
 
 
 __all__ = [
+    "ATTENTION_ENV",
     "ENV",
+    "MAX_ATTENTION_ROWS",
     "MAX_KERNEL_ROWS",
     "PackedLayers",
     "PackedWeight",
+    "attention_applies",
     "available",
+    "cache_attention",
     "clear_cache",
     "embed_lookup",
     "layer",

@@ -1,4 +1,7 @@
-"""Compile the packed-matmul kernel for this CPU on first use, cache it, register it with XLA.
+"""Compile the CPU kernels for this CPU on first use, cache them, register them with XLA.
+
+One shared library holds the few-row matmul over packed weights (`packed_matmul.cc`) and the
+small-block attention over the KV cache (`attention.cc`).
 
 The shared library is built with the system C++ compiler (`$CXX`, else `c++` / `g++` /
 `clang++`) against the XLA FFI headers that ship with jaxlib, with `-march=native`, into
@@ -22,8 +25,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("packed_matmul.cc")
+HERE = Path(__file__).parent
+SOURCES = (HERE / "packed_matmul.cc", HERE / "attention.cc")
+HEADERS = (HERE / "parallel_for.h", HERE / "simd.h")
 TARGETS = {"float32": "SpecjaxPackedMatmulF32", "bfloat16": "SpecjaxPackedMatmulBF16"}
+ATTENTION = "SpecjaxCacheAttention"
 FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-w")
 
 
@@ -31,6 +37,12 @@ def ffi_name(dtype: str, march: str = "native") -> str:
     """The FFI target of the kernel for weights of `dtype`, built for `march`."""
     suffix = "" if march == "native" else f"_{march.replace('-', '_')}"
     return f"specjax_packed_matmul_{dtype}{suffix}"
+
+
+def attention_ffi_name(march: str = "native") -> str:
+    """The FFI target of the cache attention kernel built for `march`."""
+    suffix = "" if march == "native" else f"_{march.replace('-', '_')}"
+    return f"specjax_cache_attention{suffix}"
 
 
 _log = logging.getLogger(__name__)
@@ -97,7 +109,8 @@ def library_key(compiler: str, march: str = "native") -> str:
         ).stdout.splitlines()[:1]
     except (OSError, subprocess.SubprocessError):
         version = []
-    parts = [SOURCE.read_bytes().decode(), jaxlib.__version__, *FLAGS, march, model, *flags]
+    code = [f.read_bytes().decode() for f in (*SOURCES, *HEADERS)]
+    parts = [*code, jaxlib.__version__, *FLAGS, march, model, *flags]
     return hashlib.sha256("\n".join([*parts, *version]).encode()).hexdigest()[:16]
 
 
@@ -108,7 +121,8 @@ def _compile(compiler: str, out: Path, march: str) -> None:
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         tmp_out = Path(tmp) / out.name
         include = f"-I{jax.ffi.include_dir()}"
-        cmd = [compiler, *FLAGS, f"-march={march}", include, str(SOURCE), "-o", str(tmp_out)]
+        sources = [str(f) for f in SOURCES]
+        cmd = [compiler, *FLAGS, f"-march={march}", include, *sources, "-o", str(tmp_out)]
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{result.stderr[-2000:]}")
@@ -123,8 +137,9 @@ def load(march: str = "native") -> ctypes.CDLL | None:
     it has) is what decoding uses; another (e.g. "haswell", AVX2) registers its own FFI names
     (`ffi_name(dtype, march)`), which lets the tests run the AVX2 tiles on an AVX-512 CPU.
     """
-    if not SOURCE.exists():
-        _log.warning("specjax CPU kernel: source %s is missing; using XLA's dot", SOURCE.name)
+    missing = [f.name for f in (*SOURCES, *HEADERS) if not f.exists()]
+    if missing:
+        _log.warning("specjax CPU kernel: source %s is missing; using XLA's dot", missing)
         return None
     compiler = _compiler()
     if compiler is None:
@@ -133,10 +148,10 @@ def load(march: str = "native") -> ctypes.CDLL | None:
             "decoding uses XLA's dot (same tokens, slower few-row products)"
         )
         return None
-    path = _cache_dir() / f"packed_matmul-{library_key(compiler, march)}.so"
+    path = _cache_dir() / f"specjax_kernels-{library_key(compiler, march)}.so"
     try:
         if not path.exists():
-            _log.info("specjax CPU kernel: compiling %s -> %s", SOURCE.name, path)
+            _log.info("specjax CPU kernel: compiling %s", path)
             _compile(compiler, path, march)
         lib = ctypes.CDLL(str(path))
     except (OSError, RuntimeError, subprocess.SubprocessError) as err:
@@ -148,4 +163,7 @@ def load(march: str = "native") -> ctypes.CDLL | None:
         jax.ffi.register_ffi_target(
             ffi_name(dtype, march), jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu"
         )
+    jax.ffi.register_ffi_target(
+        attention_ffi_name(march), jax.ffi.pycapsule(getattr(lib, ATTENTION)), platform="cpu"
+    )
     return lib

@@ -14,43 +14,31 @@
 // per call, whatever T is. Accumulation is float32 FMA in k order, with no reassociation
 // across k (each output is one dot product summed sequentially).
 //
-// Work is split over output tiles across XLA's own intra-op thread pool (the FFI
-// ThreadPool), never a pool of our own: the calling thread claims tiles from an atomic
-// counter alongside the helpers it scheduled, so the call finishes even if no helper ever
-// runs (no deadlock when the pool is busy), and a helper that starts late finds no work.
+// Work is split over output tiles across XLA's own intra-op thread pool (`parallel_for.h`).
 //
 // Buffers (float32 or bfloat16 weights, float32 activations and outputs, row-major):
 //   x [G, T, K], packed [G, NB, K, 16], y [G, T, N] with NB = ceil(N / 16).
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <memory>
-#include <thread>
 
+#include "parallel_for.h"
+#include "simd.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
 
 namespace {
 
+using specjax::kVecLanes;
+using specjax::loadv;
+using specjax::vf;
+
 constexpr int kLanes = 16;  // output columns per panel
 
-// The accumulator vector is the CPU's native width: one zmm (16 floats) with AVX-512, one
-// ymm (8 floats) otherwise, so a panel's 16 columns are kSub vectors. A 64-byte vector type
-// on an AVX2 target is lowered by GCC through the stack (scalar broadcasts, spilled
-// accumulators: 3x slower than XLA's dot, measured on an AVX2-only AMD EPYC), so the type
-// must never be wider than the registers.
-#if defined(__AVX512F__)
-constexpr int kVecLanes = 16;
-#elif defined(__AVX__)
-constexpr int kVecLanes = 8;
-#else
-constexpr int kVecLanes = 4;
-#endif
+// A panel's 16 columns are kSub native vectors (`simd.h`).
 constexpr int kSub = kLanes / kVecLanes;  // vectors per panel row
-typedef float vf __attribute__((vector_size(kVecLanes * 4)));
 
 // Register tile: ROWS rows x COLS panels, ROWS * COLS * kSub accumulators. AVX-512 has 32
 // vector registers, AVX2 16, so the tile is smaller there.
@@ -69,12 +57,6 @@ constexpr int kCols = 1;
 constexpr int kWideCols = 2;
 constexpr int kWideRows = 2;  // one panel's 2 accumulators a row are FMA-latency bound
 #endif
-
-inline vf loadv(const float* p) {
-  vf v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
 
 // bfloat16 is the top half of a float32: widen by shifting into the high 16 bits.
 inline vf loadv(const uint16_t* p) {
@@ -191,34 +173,8 @@ void run_item(const Problem& p, int64_t item, int64_t groups_per_matrix, int col
   }
 }
 
-struct Shared {
-  Problem p;
-  int64_t items, groups_per_matrix, chunk;
-  int cols;
-  std::atomic<int64_t> next{0};
-  std::atomic<int64_t> done{0};
-};
-
-void drain(Shared& s) {
-  while (true) {
-    const int64_t start = s.next.fetch_add(s.chunk, std::memory_order_relaxed);
-    if (start >= s.items) return;
-    const int64_t stop = std::min(start + s.chunk, s.items);
-    for (int64_t i = start; i < stop; ++i) {
-      if (s.p.bf16) {
-        run_item<uint16_t>(s.p, i, s.groups_per_matrix, s.cols);
-      } else {
-        run_item<float>(s.p, i, s.groups_per_matrix, s.cols);
-      }
-    }
-    s.done.fetch_add(stop - start, std::memory_order_release);
-  }
-}
-
 // Below this many multiply-adds one thread is faster than waking another.
 constexpr int64_t kParallelMinMacs = 1 << 18;
-// Pause instructions before the waiting thread yields its core (about 10-100 us).
-constexpr int64_t kSpinsBeforeYield = 1 << 12;
 
 ffi::Error run(ffi::ThreadPool pool, const float* x, const void* w, bool bf16,
                ffi::Span<const int64_t> xd, ffi::Span<const int64_t> wd, float* y,
@@ -236,33 +192,20 @@ ffi::Error run(ffi::ThreadPool pool, const float* x, const void* w, bool bf16,
     std::fill(y, y + G * T * N, 0.0f);
     return ffi::Error::Success();
   }
-  auto shared = std::make_shared<Shared>();
-  shared->p = Problem{x, w, y, G, T, K, N, NB, bf16};
-  shared->cols = T <= kWideRows ? kWideCols : kCols;
-  shared->groups_per_matrix = (NB + shared->cols - 1) / shared->cols;
-  shared->items = G * shared->groups_per_matrix;
-  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
-  const bool parallel = threads > 1 && G * T * K * N >= kParallelMinMacs && shared->items > 1;
-  const int64_t workers = parallel ? std::min<int64_t>(threads, shared->items) : 1;
-  // Several items per claim keeps the atomic traffic low; 4 claims per worker balance the load.
-  shared->chunk = std::max<int64_t>(1, shared->items / (workers * 4));
-  for (int64_t i = 1; i < workers; ++i) {
-    pool.Schedule([shared]() { drain(*shared); });
-  }
-  drain(*shared);
-  // Wait for the chunks other workers still hold. Spin briefly (a chunk takes microseconds),
-  // then yield: on a busy machine a worker can be preempted mid-chunk, and spinning through
-  // its time slice would keep it off the core it needs.
-  for (int64_t spins = 0; shared->done.load(std::memory_order_acquire) < shared->items;
-       ++spins) {
-    if (spins < kSpinsBeforeYield) {
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
-    } else {
-      std::this_thread::yield();
-    }
-  }
+  const Problem p{x, w, y, G, T, K, N, NB, bf16};
+  const int cols = T <= kWideRows ? kWideCols : kCols;
+  const int64_t groups_per_matrix = (NB + cols - 1) / cols;
+  const int64_t items = G * groups_per_matrix;
+  specjax::parallel_for(pool, items, G * T * K * N >= kParallelMinMacs,
+                        [&](int64_t begin, int64_t end) {
+                          for (int64_t i = begin; i < end; ++i) {
+                            if (bf16) {
+                              run_item<uint16_t>(p, i, groups_per_matrix, cols);
+                            } else {
+                              run_item<float>(p, i, groups_per_matrix, cols);
+                            }
+                          }
+                        });
   return ffi::Error::Success();
 }
 

@@ -153,6 +153,12 @@ class Attention(nnx.Module):
             self.c_attn = _dense(rngs, D, 3 * D, True, dt)
             self.c_proj = _dense(rngs, D, D, True, dt)
 
+    def laid_out(self) -> bool:
+        """Weights packed for decoding on the CPU (`kernels.split_for_decode`): the block may
+        use the attention kernel too (never in training, never under a mesh)."""
+        out = self.o_proj if self.config.is_llama else self.c_proj
+        return isinstance(out.kernel[...], kernels.PackedWeight)
+
     def qkv(self, x):
         """x: [B, T, D] -> q [B, T, N, H], k, v [B, T, K, H]."""
         c = self.config
@@ -178,7 +184,11 @@ class Attention(nnx.Module):
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         cache, k_all, v_all = cache.write_layer(layer, k, v, offset)  # [B, K, S, H] each
-        out = attend(q, k_all, v_all, mask, 1.0 / math.sqrt(self.config.head_dim))  # [B, T, N, H]
+        scale = 1.0 / math.sqrt(self.config.head_dim)
+        if self.laid_out() and kernels.attention_applies(q, cache.k):
+            out = kernels.cache_attention(q, cache.k, cache.v, layer, mask, scale)
+        else:
+            out = attend(q, k_all, v_all, mask, scale)  # [B, T, N, H]
         out = out.reshape(B, T, -1)  # [B, T, N*H]
         return (self.o_proj(out) if self.config.is_llama else self.c_proj(out)), cache
 
