@@ -1,13 +1,15 @@
 """The one matmul function of the decode path, and the CPU kernel behind it.
 
 Decoders and heads call `matmul` (and `embed_lookup` for tables); nothing else knows which
-product runs. A decoder laid out for decoding also sends small query blocks to
-`cache_attention` (`attention.cc`), which reads only each row's visible cache slots. A weight is either a plain array (`[*G, K, N]`, the training and checkpoint
+product runs. A weight is either a plain array (`[*G, K, N]`, the training and checkpoint
 layout) or a `PackedWeight` (panels of 16 output columns, laid out once by `lay_out` before
 decoding on the CPU). A packed weight with at most `MAX_KERNEL_ROWS` rows of activations goes
 to the C++ kernel (`packed_matmul.cc`, an XLA FFI custom call on XLA's thread pool); more rows
 (a long prefill) go to XLA's dot over the same panels. Unpacked weights always use XLA's dot:
 GPU/TPU, training, a mesh that shards the weights.
+
+A decoder laid out for decoding also sends query blocks of up to `MAX_ATTENTION_ROWS` tokens
+to `cache_attention` (`attention.cc`), which reads only each row's visible cache slots.
 
 `SPECJAX_CPU_KERNEL=0` turns packing off (XLA's dot everywhere: A/B runs, a fallback); the
 tokens are the same either way (float32 accumulation in both).

@@ -4,10 +4,12 @@
 // XLA:CPU runs it as two small batched dots (scores [B, K, G*T, S], output), a masked
 // softmax over all S slots and a where() that zeroes the invisible values: five passes over
 // [*, S] arrays, about 1.3 ms a step for a 30-layer model at S = 384 where the cache reads
-// alone take a quarter of that. Here each query row walks its own visible slots once for the
-// scores, exponentiates them (a vectorised exp), and accumulates the values of those slots:
-// invisible slots are never read, so whatever they hold (stale, NaN) cannot leak, and a row's
-// result does not depend on how many rows its block has.
+// alone take a quarter of that. Here the query rows of one KV head (a tile of up to 16) walk
+// the slots they see together: scores, a vectorised exp, then the values of those slots.
+// The slots are split into chunks that both threads take, each a softmax partial (max, sum,
+// weighted values) combined at the end (flash-decoding). Invisible slots are never read, so
+// whatever they hold (stale, NaN) cannot leak, and a row's result does not depend on how many
+// rows its block has.
 //
 // Buffers (float32, row-major; the cache as stored, with the layer chosen by an attribute so
 // no slice of it is copied):

@@ -33,16 +33,18 @@ ATTENTION = "SpecjaxCacheAttention"
 FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-w")
 
 
+def _march_suffix(march: str) -> str:
+    return "" if march == "native" else f"_{march.replace('-', '_')}"
+
+
 def ffi_name(dtype: str, march: str = "native") -> str:
     """The FFI target of the kernel for weights of `dtype`, built for `march`."""
-    suffix = "" if march == "native" else f"_{march.replace('-', '_')}"
-    return f"specjax_packed_matmul_{dtype}{suffix}"
+    return f"specjax_packed_matmul_{dtype}{_march_suffix(march)}"
 
 
 def attention_ffi_name(march: str = "native") -> str:
     """The FFI target of the cache attention kernel built for `march`."""
-    suffix = "" if march == "native" else f"_{march.replace('-', '_')}"
-    return f"specjax_cache_attention{suffix}"
+    return f"specjax_cache_attention{_march_suffix(march)}"
 
 
 _log = logging.getLogger(__name__)
