@@ -42,20 +42,26 @@ constexpr int kSub = kLanes / kVecLanes;  // vectors per panel row
 
 // Register tile: ROWS rows x COLS panels, ROWS * COLS * kSub accumulators. AVX-512 has 32
 // vector registers, AVX2 16, so the tile is smaller there.
-// Wider tiles (more panels in flight per k) for products of at most kWideRows rows: measured
-// slower at 1-2 rows on the AVX-512 machine (29 vs 37 GB/s, BENCHMARKS.md "Few-row kernel"),
-// so kWideRows = 0 keeps them off there; with AVX2 a one-panel tile of 1-2 rows holds too few
-// accumulators to hide the FMA latency, so two panels are in flight (measured, same section).
+// Wider tiles (more panels in flight per k) for products of at most kWideRows rows, in
+// passes of at most kWideMaxRows. AVX-512: 4 panels x 5 rows = 20 accumulators; measured on
+// a Zen 5 EPYC (BENCHMARKS.md "Few-row kernel"), 1.06-1.37x faster than 2-panel tiles at 2-5
+// rows on weights streamed from memory (SmolLM2's 576 x 1536, 768 x 2048), 0.95x at 1-2 rows
+// on weights that stay in L3; above 5 rows the 8-row tile's FMAs per weight load win where
+// compute binds. (An earlier kernel measured wide tiles slower at 1-2 rows on a Xeon.) With
+// AVX2 a one-panel tile of 1-2 rows holds too few accumulators to hide the FMA latency, so
+// two panels are in flight (measured, same section).
 #if defined(__AVX512F__)
 constexpr int kRows = 8;
 constexpr int kCols = 2;
 constexpr int kWideCols = 4;
-constexpr int kWideRows = 0;
+constexpr int kWideRows = 5;
+constexpr int kWideMaxRows = 5;  // 20 accumulators + 4 weight vectors + 1 broadcast of 32
 #else
 constexpr int kRows = 6;  // 12 accumulators + 2 weight vectors + 1 broadcast of 16 ymm
 constexpr int kCols = 1;
 constexpr int kWideCols = 2;
 constexpr int kWideRows = 2;  // one panel's 2 accumulators a row are FMA-latency bound
+constexpr int kWideMaxRows = 2;
 #endif
 
 // bfloat16 is the top half of a float32: widen by shifting into the high 16 bits.
@@ -141,13 +147,14 @@ void tile_of(const Problem& p, int64_t g, int64_t nb, int64_t r0, int64_t R) {
   }
 }
 
-// All rows of panels [nb, nb + C) in ceil(T / kRows) passes of balanced height (T = 8 on
+// All rows of panels [nb, nb + C) in ceil(T / max rows) passes of balanced height (T = 8 on
 // AVX2 is 4 + 4 rows, not 6 + 2): a pass of R rows issues 2R FMAs a k, and below 4 rows too
 // few are in flight to hide the FMA latency, so a short remainder pass costs about as much
 // as a full one.
 template <typename W, int C>
 void column_group(const Problem& p, int64_t g, int64_t nb) {
-  const int64_t passes = (p.T + kRows - 1) / kRows;
+  const int64_t max_rows = C == kWideCols ? kWideMaxRows : kRows;
+  const int64_t passes = (p.T + max_rows - 1) / max_rows;
   const int64_t base = p.T / passes, extra = p.T % passes;  // the first `extra` get base + 1
   int64_t r0 = 0;
   for (int64_t i = 0; i < passes; ++i) {
