@@ -74,6 +74,8 @@ def prefill(static: Static, params, prompt, prompt_len, max_new, stop_ids, keys)
         accept_hist=jnp.zeros((B, M), jnp.int32),
         offered=jnp.zeros((B, M), jnp.int32),
         reached=jnp.zeros((B, M), jnp.int32),
+        # Every step's positions are below cache_len (check_room); twice that is ample.
+        rope=model.rope_table(2 * static.cache_len),
     )
     if spec is not None:
         pstate = spec.proposer.init(
@@ -90,7 +92,7 @@ def autoregressive_step(static: Static, params, state: DecodeState) -> DecodeSta
     model = target_module(static, params)
     B = state.last.shape[0]
     positions = state.cache.lengths[:, None]  # [B, 1]
-    out = model(state.last[:, None], positions, state.cache)
+    out = model(state.last[:, None], positions, state.cache, rope_table=state.rope)
     # Commit the pending token for active rows only; frozen rows never move.
     cache = out.cache.advance((~state.done).astype(jnp.int32))
     nxt = jax.vmap(lambda k, lg: sp.sample(k, lg, static.sampling))(

@@ -85,7 +85,8 @@ def speculative_step(static: Static, params, state: DecodeState) -> DecodeState:
     if draft.extra is not None:  # E non-draft nodes after the block (drafts never see them)
         tokens, offsets, block_mask = _with_extra(tokens, depth, block_mask, draft.extra)
     positions = jnp.minimum(L[:, None] + offsets, static.max_positions - 1)  # [B, P+1(+E)]
-    out = target(tokens, positions, state.cache, block_mask, tap_layers=proposer.tap_layers)
+    taps, rope = proposer.tap_layers, state.rope
+    out = target(tokens, positions, state.cache, block_mask, tap_layers=taps, rope_table=rope)
     n_block = depth.shape[1]  # P+1: the verifier's nodes
     tokens = tokens[:, :n_block]
     logits = out.logits[:, :n_block]  # [B, P+1, V]

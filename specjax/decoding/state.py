@@ -44,6 +44,8 @@ class DecodeState:
     # budget can mask the deeper ones), and those that also accepted >= i - 1 drafts.
     offered: jax.Array  # [B, M] int32
     reached: jax.Array  # [B, M] int32
+    # The target's RoPE table (`Decoder.rope_table`), made once before the loop; None without RoPE.
+    rope: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
