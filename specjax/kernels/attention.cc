@@ -247,8 +247,11 @@ void combine(Partials& parts, int64_t first_item, int64_t chunks, int64_t row, f
   for (int64_t h = 0; h < H; ++h) out[h] *= inv;
 }
 
-// Below this many score multiply-adds one thread is faster than waking another.
-constexpr int64_t kParallelMinMacs = 1 << 16;
+// Below this many score multiply-adds one thread is faster than waking another. Measured
+// with both kernels in whole forwards (BENCHMARKS.md, 2026-12-06): 2^14 for both (was 2^18 for the
+// matmul, 2^16 here) made a decode step 1.08-1.17x faster (a 1-token k/v projection and a
+// short cache's attention now split over both threads); lower changed nothing.
+constexpr int64_t kParallelMinMacs = 1 << 14;
 
 ffi::Error Attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
                      ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::PRED> mask, int64_t layer,

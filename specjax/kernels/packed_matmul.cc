@@ -180,8 +180,11 @@ void run_item(const Problem& p, int64_t item, int64_t groups_per_matrix, int col
   }
 }
 
-// Below this many multiply-adds one thread is faster than waking another.
-constexpr int64_t kParallelMinMacs = 1 << 18;
+// Below this many multiply-adds one thread is faster than waking another. Measured with both
+// kernels in whole forwards (BENCHMARKS.md, 2026-12-06): 2^14 for both (was 2^18 for the
+// matmul, 2^16 here) made a decode step 1.08-1.17x faster (a 1-token k/v projection and a
+// short cache's attention now split over both threads); lower changed nothing.
+constexpr int64_t kParallelMinMacs = 1 << 14;
 
 ffi::Error run(ffi::ThreadPool pool, const float* x, const void* w, bool bf16,
                ffi::Span<const int64_t> xd, ffi::Span<const int64_t> wd, float* y,
