@@ -40,7 +40,7 @@ from flax import nnx
 from specjax.cache import KVCache
 from specjax.models import Decoder, as_model
 from specjax.models.config import ModelConfig, rope_inv_freq
-from specjax.models.decoder import MLP, RMSNorm, _dense, apply_rope, attend
+from specjax.models.decoder import MLP, RMSNorm, _dense, apply_rope, attend, dense_many
 from specjax.validate import check_int
 
 METHODS = ("eagle", "eagle3")
@@ -281,9 +281,10 @@ class EagleHead(nnx.Module):
         """a [B, T, qkv_in] -> q [B, T, N, Hd], k, v [B, T, K, Hd], RoPE at `positions`."""
         c = self.config.layer
         B, T, _ = a.shape
-        q = self.q_proj(a).reshape(B, T, c.num_heads, c.head_dim)
-        k = self.k_proj(a).reshape(B, T, c.num_kv_heads, c.head_dim)
-        v = self.v_proj(a).reshape(B, T, c.num_kv_heads, c.head_dim)
+        q, k, v = dense_many(a, [self.q_proj, self.k_proj, self.v_proj])
+        q = q.reshape(B, T, c.num_heads, c.head_dim)
+        k = k.reshape(B, T, c.num_kv_heads, c.head_dim)
+        v = v.reshape(B, T, c.num_kv_heads, c.head_dim)
         cos, sin = self.rope(positions)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 

@@ -165,6 +165,32 @@ def matmul(x, w):
     return y.reshape(*lead, w.n)
 
 
+# Most products one `matmul_many` call takes (the kernel's kMaxMany).
+MAX_MANY = 8
+
+
+def matmul_many(x, ws) -> list:
+    """[matmul(x, w) for w in ws], in one kernel call where it can: every w an unbatched
+    PackedWeight of one dtype and the kernel taking x (float, few rows, available). The
+    products then share one split of their work over the threads (q/k/v, gate/up), which on
+    the CPU saves a thread wake-up per product. Otherwise one product each, as `matmul`."""
+    ws = list(ws)
+    packed = all(isinstance(w, PackedWeight) and not w.batch_shape for w in ws)
+    if not packed or len({w.dtype for w in ws}) != 1 or not 1 <= len(ws) <= MAX_MANY:
+        return [matmul(x, w) for w in ws]
+    lead, K = x.shape[:-1], x.shape[-1]
+    R = math.prod(lead)
+    if not (R <= MAX_KERNEL_ROWS and x.dtype in (jnp.float32, jnp.bfloat16) and available()):
+        return [matmul(x, w) for w in ws]
+    dtype = "bfloat16" if ws[0].dtype == jnp.bfloat16 else "float32"
+    outs = [jax.ShapeDtypeStruct((1, R, w.n), jnp.float32) for w in ws]
+    panels = [w.panels.reshape(1, *w.panels.shape[-3:]) for w in ws]
+    ys = jax.ffi.ffi_call(build.many_ffi_name(dtype), outs, vmap_method="sequential")(
+        x.reshape(1, R, K).astype(jnp.float32), *panels
+    )
+    return [y.reshape(*lead, w.n).astype(x.dtype) for y, w in zip(ys, ws, strict=True)]
+
+
 def per_group_matmul(x, w):
     """x [..., G, K] with w [G, K, N] (array) or a PackedWeight batched over G -> [..., G, N].
 

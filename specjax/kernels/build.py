@@ -29,6 +29,7 @@ HERE = Path(__file__).parent
 SOURCES = (HERE / "packed_matmul.cc", HERE / "attention.cc")
 HEADERS = (HERE / "parallel_for.h", HERE / "simd.h")
 TARGETS = {"float32": "SpecjaxPackedMatmulF32", "bfloat16": "SpecjaxPackedMatmulBF16"}
+MANY_TARGETS = {"float32": "SpecjaxPackedMatmulManyF32", "bfloat16": "SpecjaxPackedMatmulManyBF16"}
 ATTENTION = "SpecjaxCacheAttention"
 FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-w")
 
@@ -40,6 +41,11 @@ def _march_suffix(march: str) -> str:
 def ffi_name(dtype: str, march: str = "native") -> str:
     """The FFI target of the kernel for weights of `dtype`, built for `march`."""
     return f"specjax_packed_matmul_{dtype}{_march_suffix(march)}"
+
+
+def many_ffi_name(dtype: str, march: str = "native") -> str:
+    """The FFI target of several products of one activation (`kernels.matmul_many`)."""
+    return f"specjax_packed_matmul_many_{dtype}{_march_suffix(march)}"
 
 
 def attention_ffi_name(march: str = "native") -> str:
@@ -131,8 +137,13 @@ def _compile(compiler: str, out: Path, march: str) -> None:
         os.replace(tmp_out, out)  # atomic: a concurrent process sees the old file or the new
 
 
-@functools.cache
 def load(march: str = "native") -> ctypes.CDLL | None:
+    """The compiled library for `march`, registered with XLA once per process (`_load`)."""
+    return _load(march)  # one cache key per march, however the caller spells the argument
+
+
+@functools.cache
+def _load(march: str) -> ctypes.CDLL | None:
     """The compiled library, registered with XLA; None (after one warning) when unavailable.
 
     march: the `-march` it is built for: "native" (this CPU: AVX-512 or AVX2 tiles, whichever
@@ -164,6 +175,10 @@ def load(march: str = "native") -> ctypes.CDLL | None:
     for dtype, symbol in TARGETS.items():
         jax.ffi.register_ffi_target(
             ffi_name(dtype, march), jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu"
+        )
+    for dtype, symbol in MANY_TARGETS.items():
+        jax.ffi.register_ffi_target(
+            many_ffi_name(dtype, march), jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu"
         )
     jax.ffi.register_ffi_target(
         attention_ffi_name(march), jax.ffi.pycapsule(getattr(lib, ATTENTION)), platform="cpu"

@@ -15,6 +15,8 @@
 // across k (each output is one dot product summed sequentially).
 //
 // Work is split over output tiles across XLA's own intra-op thread pool (`parallel_for.h`).
+// Several products of one x (q/k/v, gate/up) can share one call and one split of their
+// tiles (`PackedMatmulMany`): one call's cost and one wake of the other thread, not one each.
 //
 // Buffers (float32 or bfloat16 weights, float32 activations and outputs, row-major):
 //   x [G, T, K], packed [G, NB, K, 16], y [G, T, N] with NB = ceil(N / 16).
@@ -186,9 +188,17 @@ void run_item(const Problem& p, int64_t item, int64_t groups_per_matrix, int col
 // short cache's attention now split over both threads); lower changed nothing.
 constexpr int64_t kParallelMinMacs = 1 << 14;
 
-ffi::Error run(ffi::ThreadPool pool, const float* x, const void* w, bool bf16,
-               ffi::Span<const int64_t> xd, ffi::Span<const int64_t> wd, float* y,
-               ffi::Span<const int64_t> yd) {
+// One product's work: its problem, tile width and work items (output column groups).
+struct Job {
+  Problem p;
+  int cols;
+  int64_t groups_per_matrix, items;
+};
+
+// Checks the shapes of one product and describes its work; K == 0 writes zeros here.
+ffi::Error make_job(const float* x, const void* w, bool bf16, ffi::Span<const int64_t> xd,
+                    ffi::Span<const int64_t> wd, float* y, ffi::Span<const int64_t> yd,
+                    Job& job) {
   if (xd.size() != 3 || wd.size() != 4 || yd.size() != 3) {
     return ffi::Error::InvalidArgument("packed_matmul: expected x[G,T,K], w[G,NB,K,16], y[G,T,N]");
   }
@@ -197,38 +207,80 @@ ffi::Error run(ffi::ThreadPool pool, const float* x, const void* w, bool bf16,
       NB != (N + kLanes - 1) / kLanes) {
     return ffi::Error::InvalidArgument("packed_matmul: x, w and y shapes disagree");
   }
-  if (G == 0 || T == 0 || N == 0) return ffi::Error::Success();
-  if (K == 0) {
-    std::fill(y, y + G * T * N, 0.0f);
-    return ffi::Error::Success();
-  }
-  const Problem p{x, w, y, G, T, K, N, NB, bf16};
-  const int cols = T <= kWideRows ? kWideCols : kCols;
-  const int64_t groups_per_matrix = (NB + cols - 1) / cols;
-  const int64_t items = G * groups_per_matrix;
-  specjax::parallel_for(pool, items, G * T * K * N >= kParallelMinMacs,
-                        [&](int64_t begin, int64_t end) {
-                          for (int64_t i = begin; i < end; ++i) {
-                            if (bf16) {
-                              run_item<uint16_t>(p, i, groups_per_matrix, cols);
-                            } else {
-                              run_item<float>(p, i, groups_per_matrix, cols);
-                            }
-                          }
-                        });
+  job.p = Problem{x, w, y, G, T, K, N, NB, bf16};
+  job.cols = T <= kWideRows ? kWideCols : kCols;
+  job.groups_per_matrix = (NB + job.cols - 1) / job.cols;
+  job.items = (G == 0 || T == 0 || N == 0 || K == 0) ? 0 : G * job.groups_per_matrix;
+  if (K == 0) std::fill(y, y + G * T * N, 0.0f);
   return ffi::Error::Success();
+}
+
+// Every job's work items in one split over the threads: products of the same activations
+// (q/k/v, gate/up) wake the other thread once, not once each.
+void run_jobs(ffi::ThreadPool& pool, const Job* jobs, int64_t count) {
+  int64_t items = 0, macs = 0;
+  for (int64_t j = 0; j < count; ++j) {
+    items += jobs[j].items;
+    macs += jobs[j].p.G * jobs[j].p.T * jobs[j].p.K * jobs[j].p.N;
+  }
+  specjax::parallel_for(pool, items, macs >= kParallelMinMacs, [&](int64_t begin, int64_t end) {
+    int64_t j = 0, first = 0;  // the job holding item `begin` and its first item
+    for (int64_t i = begin; i < end; ++i) {
+      while (i >= first + jobs[j].items) first += jobs[j++].items;
+      const Job& job = jobs[j];
+      if (job.p.bf16) {
+        run_item<uint16_t>(job.p, i - first, job.groups_per_matrix, job.cols);
+      } else {
+        run_item<float>(job.p, i - first, job.groups_per_matrix, job.cols);
+      }
+    }
+  });
 }
 
 ffi::Error PackedMatmulF32(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
                            ffi::Buffer<ffi::F32> w, ffi::ResultBuffer<ffi::F32> y) {
-  return run(pool, x.typed_data(), w.untyped_data(), false, x.dimensions(), w.dimensions(),
-             y->typed_data(), y->dimensions());
+  Job job;
+  ffi::Error err = make_job(x.typed_data(), w.untyped_data(), false, x.dimensions(),
+                            w.dimensions(), y->typed_data(), y->dimensions(), job);
+  if (err.failure()) return err;
+  run_jobs(pool, &job, 1);
+  return ffi::Error::Success();
 }
 
 ffi::Error PackedMatmulBF16(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
                             ffi::Buffer<ffi::BF16> w, ffi::ResultBuffer<ffi::F32> y) {
-  return run(pool, x.typed_data(), w.untyped_data(), true, x.dimensions(), w.dimensions(),
-             y->typed_data(), y->dimensions());
+  Job job;
+  ffi::Error err = make_job(x.typed_data(), w.untyped_data(), true, x.dimensions(),
+                            w.dimensions(), y->typed_data(), y->dimensions(), job);
+  if (err.failure()) return err;
+  run_jobs(pool, &job, 1);
+  return ffi::Error::Success();
+}
+
+// Up to kMaxMany products y_i = x @ W_i of one x in one call (weights all float32 or all
+// bfloat16): the weights as args after x, the outputs in the same order.
+constexpr int64_t kMaxMany = 8;
+
+template <ffi::DataType WT>
+ffi::Error PackedMatmulMany(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
+                            ffi::RemainingArgs ws, ffi::RemainingRets ys) {
+  const int64_t count = static_cast<int64_t>(ws.size());
+  if (count != static_cast<int64_t>(ys.size()) || count < 1 || count > kMaxMany) {
+    return ffi::Error::InvalidArgument("packed_matmul_many: 1-8 weights, one output each");
+  }
+  Job jobs[kMaxMany];
+  for (int64_t i = 0; i < count; ++i) {
+    auto w = ws.get<ffi::Buffer<WT>>(i);
+    auto y = ys.get<ffi::Buffer<ffi::F32>>(i);
+    if (w.has_error()) return w.error();
+    if (y.has_error()) return y.error();
+    ffi::Error err = make_job(x.typed_data(), w->untyped_data(), WT == ffi::DataType::BF16,
+                              x.dimensions(), w->dimensions(), (*y)->typed_data(),
+                              (*y)->dimensions(), jobs[i]);
+    if (err.failure()) return err;
+  }
+  run_jobs(pool, jobs, count);
+  return ffi::Error::Success();
 }
 
 }  // namespace
@@ -246,3 +298,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxPackedMatmulBF16, PackedMatmulBF16,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::BF16>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxPackedMatmulManyF32, PackedMatmulMany<ffi::DataType::F32>,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .RemainingArgs()
+                                  .RemainingRets());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxPackedMatmulManyBF16, PackedMatmulMany<ffi::DataType::BF16>,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .RemainingArgs()
+                                  .RemainingRets());

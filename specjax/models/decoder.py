@@ -62,6 +62,13 @@ class Dense(nnx.Module):
         return y
 
 
+def dense_many(x, layers) -> list:
+    """[layer(x) for layer in layers] (Dense layers of one dtype), their products in one kernel
+    call where the weights are laid out for it (`kernels.matmul_many`): q/k/v, gate/up."""
+    ys = kernels.matmul_many(x.astype(layers[0].dtype), [layer.kernel[...] for layer in layers])
+    return [y if d.bias is None else y + d.bias[...] for y, d in zip(ys, layers, strict=True)]
+
+
 def _dense(rngs, d_in, d_out, bias, dtype):
     return Dense(d_in, d_out, use_bias=bias, dtype=dtype, rngs=rngs)
 
@@ -177,9 +184,10 @@ class Attention(nnx.Module):
                 k.reshape(B, T, c.num_heads, c.head_dim),
                 v.reshape(B, T, c.num_heads, c.head_dim),
             )
-        q = self.q_proj(x).reshape(B, T, c.num_heads, c.head_dim)  # [B, T, N, H]
-        k = self.k_proj(x).reshape(B, T, c.num_kv_heads, c.head_dim)  # [B, T, K, H]
-        v = self.v_proj(x).reshape(B, T, c.num_kv_heads, c.head_dim)  # [B, T, K, H]
+        q, k, v = dense_many(x, [self.q_proj, self.k_proj, self.v_proj])
+        q = q.reshape(B, T, c.num_heads, c.head_dim)  # [B, T, N, H]
+        k = k.reshape(B, T, c.num_kv_heads, c.head_dim)  # [B, T, K, H]
+        v = v.reshape(B, T, c.num_kv_heads, c.head_dim)  # [B, T, K, H]
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         return q, k, v
@@ -217,7 +225,8 @@ class MLP(nnx.Module):
 
     def __call__(self, x):  # [B, T, D] -> [B, T, D]
         if self.is_llama:
-            return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+            gate, up = dense_many(x, [self.gate_proj, self.up_proj])
+            return self.down_proj(jax.nn.silu(gate) * up)
         return self.c_proj(jax.nn.gelu(self.c_fc(x), approximate=not self.exact_gelu))
 
 

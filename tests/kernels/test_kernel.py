@@ -139,7 +139,7 @@ def test_switched_off_by_the_environment(monkeypatch):
 
 
 def test_no_compiler_warns_once_and_falls_back(monkeypatch, caplog):
-    build.load.cache_clear()
+    build._load.cache_clear()
     monkeypatch.setattr(build, "_compiler", lambda: None)
     try:
         with caplog.at_level(logging.WARNING, logger=build.__name__):
@@ -148,7 +148,7 @@ def test_no_compiler_warns_once_and_falls_back(monkeypatch, caplog):
         warnings = [r for r in caplog.records if "no C++ compiler" in r.getMessage()]
         assert len(warnings) == 1
     finally:
-        build.load.cache_clear()
+        build._load.cache_clear()
         monkeypatch.undo()
     assert kernels.available()  # the cached library loads again
 
@@ -162,3 +162,44 @@ def test_library_key_follows_source_and_cpu(monkeypatch):
     assert build.library_key(compiler) != key
     cpu = build.cpu_description()
     assert cpu["model"] and "L2" in cpu["caches"] and cpu["cores"] >= 1
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_many_products_in_one_call_equal_one_each(dtype, rng):
+    """q/k/v-like products of one x (N off the tile, one weight K x 1) in one kernel call give
+    each product's own result, bitwise, at row counts on both tile widths and above them."""
+    K = 70
+    ws = [kernels.pack(jnp.asarray(rng.standard_normal((K, n)), dtype)) for n in (48, 33, 1)]
+    many = jax.jit(kernels.matmul_many)
+    for T in (1, 3, 5, 6, 17):
+        x = jnp.asarray(rng.standard_normal((2, T, K)), jnp.float32)
+        got = many(x, ws)
+        assert "specjax_packed_matmul_many" in many.lower(x, ws).as_text()
+        for y, w in zip(got, ws, strict=True):
+            np.testing.assert_array_equal(y, kernels.matmul(x, w))
+            ref = np.asarray(x, np.float64) @ np.asarray(kernels.unpack(w).astype(jnp.float32))
+            assert _rel_err(y, ref) < 1e-5
+    # A NaN row stays in its own rows of every product.
+    x = np.asarray(rng.standard_normal((1, 4, K)), np.float32)
+    x[0, 2, 5] = np.nan
+    for y in many(x, ws):
+        bad = np.isnan(np.asarray(y)).any(axis=-1)[0]
+        assert bad.tolist() == [False, False, True, False]
+
+
+def test_many_products_fall_back_where_the_kernel_does_not_take_them(rng, monkeypatch):
+    K = 24
+    w_std = jnp.asarray(rng.standard_normal((K, 16)), jnp.float32)
+    w_packed = kernels.pack(jnp.asarray(rng.standard_normal((K, 8)), jnp.float32))
+    x = jnp.asarray(rng.standard_normal((3, K)), jnp.float32)
+    mixed = jax.jit(kernels.matmul_many).lower(x, [w_std, w_packed]).as_text()
+    assert "specjax_packed_matmul_many" not in mixed  # a standard weight: one product each
+    y_std, y_packed = kernels.matmul_many(x, [w_std, w_packed])
+    np.testing.assert_array_equal(y_std, x @ w_std)
+    np.testing.assert_array_equal(y_packed, kernels.matmul(x, w_packed))
+    monkeypatch.setenv(kernels.ENV, "0")  # switched off: XLA's dot over the panels
+    off = jax.jit(kernels.matmul_many).lower(x, [w_packed, w_packed]).as_text()
+    assert "specjax_packed_matmul" not in off
+    np.testing.assert_allclose(
+        kernels.matmul_many(x, [w_packed])[0], x @ kernels.unpack(w_packed), rtol=1e-5, atol=1e-6
+    )
