@@ -143,10 +143,14 @@ def _xla(x, w: PackedWeight):
     return y.reshape(G, T, -1)[..., : w.n]
 
 
+def _kernel_takes(rows: int, dtype) -> bool:
+    """Whether the matmul kernel takes a product of `rows` activation rows of `dtype`."""
+    return rows <= MAX_KERNEL_ROWS and dtype in (jnp.float32, jnp.bfloat16) and available()
+
+
 def _packed_product(x, w: PackedWeight):
     """x [G, T, K] (any float dtype) -> [G, T, N] in x's dtype."""
-    T = x.shape[1]
-    if T <= MAX_KERNEL_ROWS and x.dtype in (jnp.float32, jnp.bfloat16) and available():
+    if _kernel_takes(x.shape[1], x.dtype):
         return _kernel(x.astype(jnp.float32), w).astype(x.dtype)
     return _xla(x, w)
 
@@ -180,7 +184,7 @@ def matmul_many(x, ws) -> list:
         return [matmul(x, w) for w in ws]
     lead, K = x.shape[:-1], x.shape[-1]
     R = math.prod(lead)
-    if not (R <= MAX_KERNEL_ROWS and x.dtype in (jnp.float32, jnp.bfloat16) and available()):
+    if not _kernel_takes(R, x.dtype):
         return [matmul(x, w) for w in ws]
     dtype = "bfloat16" if ws[0].dtype == jnp.bfloat16 else "float32"
     outs = [jax.ShapeDtypeStruct((1, R, w.n), jnp.float32) for w in ws]

@@ -248,9 +248,9 @@ void combine(Partials& parts, int64_t first_item, int64_t chunks, int64_t row, f
 }
 
 // Below this many score multiply-adds one thread is faster than waking another. Measured
-// with both kernels in whole forwards (BENCHMARKS.md, 2026-12-06): 2^14 for both (was 2^18 for the
-// matmul, 2^16 here) made a decode step 1.08-1.17x faster (a 1-token k/v projection and a
-// short cache's attention now split over both threads); lower changed nothing.
+// with both kernels in whole forwards (BENCHMARKS.md, 2026-12-06): 2^14 for both (was 2^18
+// for the matmul, 2^16 here) made a decode step 1.08-1.17x faster (a 1-token k/v projection
+// and a short cache's attention now split over both threads); lower changed nothing.
 constexpr int64_t kParallelMinMacs = 1 << 14;
 
 ffi::Error Attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,

@@ -237,21 +237,13 @@ void run_jobs(ffi::ThreadPool& pool, const Job* jobs, int64_t count) {
   });
 }
 
-ffi::Error PackedMatmulF32(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
-                           ffi::Buffer<ffi::F32> w, ffi::ResultBuffer<ffi::F32> y) {
+// One product y = x @ W (weights float32 or bfloat16).
+template <ffi::DataType WT>
+ffi::Error PackedMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<WT> w,
+                        ffi::ResultBuffer<ffi::F32> y) {
   Job job;
-  ffi::Error err = make_job(x.typed_data(), w.untyped_data(), false, x.dimensions(),
-                            w.dimensions(), y->typed_data(), y->dimensions(), job);
-  if (err.failure()) return err;
-  run_jobs(pool, &job, 1);
-  return ffi::Error::Success();
-}
-
-ffi::Error PackedMatmulBF16(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
-                            ffi::Buffer<ffi::BF16> w, ffi::ResultBuffer<ffi::F32> y) {
-  Job job;
-  ffi::Error err = make_job(x.typed_data(), w.untyped_data(), true, x.dimensions(),
-                            w.dimensions(), y->typed_data(), y->dimensions(), job);
+  ffi::Error err = make_job(x.typed_data(), w.untyped_data(), WT == ffi::DataType::BF16,
+                            x.dimensions(), w.dimensions(), y->typed_data(), y->dimensions(), job);
   if (err.failure()) return err;
   run_jobs(pool, &job, 1);
   return ffi::Error::Success();
@@ -285,14 +277,14 @@ ffi::Error PackedMatmulMany(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxPackedMatmulF32, PackedMatmulF32,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxPackedMatmulF32, PackedMatmul<ffi::DataType::F32>,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxPackedMatmulBF16, PackedMatmulBF16,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxPackedMatmulBF16, PackedMatmul<ffi::DataType::BF16>,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
