@@ -8,7 +8,9 @@ Command:
         --workdir=workdirs/pick
 
 Your own prompts: `--config.pick.prompts_file=prompts.jsonl` (a "prompt" field a line, or a
-.txt file with a prompt a line); sampled decoding: `--config.pick.temperature=1.0`.
+.txt file with a prompt a line); sampled decoding: `--config.pick.temperature=1.0`; a
+served batch of 8 rows: `--config.pick.batch_size=8` (the step costs, the verify curve and
+the measured candidates at 8 rows; alpha per row at batch 1).
 `--config=configs/pick.py:small` measures only the winner (one repeat, 32 new tokens).
 
 Writes <workdir>/recommendation.md (the pick, a predicted-vs-measured table, alpha and c per

@@ -157,7 +157,8 @@ def cost_table(args) -> dict:
             if patch:
                 nnx.Linear.__call__ = patch[0]
     target_step_s = base["matmul"] / 1e3
-    share = {k: measure_head_cost(heads, k, target_step_s, args.repeats) for k in range(1, 5)}
+    share = {k: measure_head_cost(heads, k, target_step_s, args.repeats, batch=args.batch)
+             for k in range(1, 5)}  # fmt: skip
     cells = [[r["variant"], r["method"], r["drafts"], f"{r['ms_per_step']:.2f}",
               f"{r['ar_steps']:.2f}x"] for r in rows]  # fmt: skip
     print(table(["projections", "method", "drafts", "ms / step", "x AR step"], cells, "llrrr"))

@@ -10,7 +10,8 @@ draft token is accepted with probability alpha, independently, a step with N dra
 average E[tokens per target call] = (1 - alpha^(N+1)) / (1 - alpha), and with a draft step
 costing c target steps the wall-clock speedup is that divided by (N c + 1).
 
-What is measured, on a sample of the user's prompts at batch 1:
+What is measured, on a sample of the user's prompts, for a workload of `batch_size` rows
+decoded together (the costs are measured at that batch, alpha per row at batch 1):
 - alpha per method, from one run at N = `num_speculative_tokens` (the tree's depth for
   draft_tree). Estimator (`alpha_from_acceptance`): the maximum-likelihood alpha of the
   truncated geometric model, accepted drafts / attempted drafts, where a step attempts
@@ -21,13 +22,17 @@ What is measured, on a sample of the user's prompts at batch 1:
   known; both are reported. For a tree, u_i is the chance that the accepted path reaches
   depth i, so alpha is an effective per-depth acceptance of the tree.
 - c, the draft/target cost ratio: the per-token time of the draft generating alone over
-  the target's (batch 1, at the workload's temperature, differenced over two lengths so
+  the target's (at `batch_size`, at the workload's temperature, differenced over two lengths so
   that prefill cancels). For head methods (medusa) c is the heads' own forward per head in
   target steps (`measure_head_cost`), so N c is their share of a step; ngram is free: c = 0.
 Then predicted speedup for every method and N = 1..n_max (a tree only up to
 `max_draft_nodes` nodes: the model sees its depth, not its width), the best is picked (or
 plain autoregressive when nothing beats 1), and the best N of the top methods is measured
-against autoregressive (interleaved, median of `repeats`) to put predicted next to measured.
+against autoregressive (interleaved, median of `repeats`, at `batch_size`) to put predicted next
+to measured. At a batch of several rows the verify curve is that batch's: on a CPU where
+the batch already makes the target's products compute-bound, every drafted token costs
+about what it saves, and the picker says so. (A batch also waits for its slowest row: the
+measured speedup includes that, the prediction does not.)
 For each measured candidate the step overhead the model leaves out is reported, in target
 decode steps: tau / measured speedup - (N c + 1). Near 0 on hardware where verifying N+1
 tokens costs the same as decoding one (memory-bound accelerators at small batch); large on
@@ -47,7 +52,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from specjax import parallel
+from specjax import kernels, parallel
 from specjax.bench import methods as mt
 from specjax.bench import timing
 from specjax.bench.markdown import table
@@ -80,7 +85,8 @@ def default_config() -> ml_collections.ConfigDict:
       verify_cost / verify_blocks, the
       workload (num_prompts per category, prompt_tokens, max_new_tokens, prompts_file, data),
       cost_tokens (generation length for timing c),
-      measure / measure_top / repeats (predicted next to measured) and seed.
+      measure / measure_top / repeats (predicted next to measured), batch_size (rows decoded
+      together: the verify curve, c and the measured candidates at that batch) and seed.
     """
     cfg = ml_collections.ConfigDict()
     cfg.target = ""
@@ -102,6 +108,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.measure = True
     cfg.measure_top = 3
     cfg.repeats = 3
+    cfg.batch_size = 1
     cfg.seed = 0
     return cfg
 
@@ -131,8 +138,11 @@ def sample_prompts(cfg, tokenizer) -> dict[str, list[list[int]]]:
     return prompts_by_category(cfg, tokenizer)
 
 
-def _per_token_seconds(models: dict, prompt, long: int, short: int, repeats: int, temperature):
-    """Decode time per token of each model at batch 1, prefill differenced out.
+def _per_token_seconds(
+    models: dict, prompt, long: int, short: int, repeats: int, temperature, batch: int = 1
+):
+    """Decode time per step of each model at `batch` rows (the prompt repeated), prefill
+    differenced out.
 
     Uses the fastest of the interleaved repeats at each length: interference from other
     work on a shared machine only ever adds time, and a difference of two noisy medians can
@@ -141,12 +151,13 @@ def _per_token_seconds(models: dict, prompt, long: int, short: int, repeats: int
     runners = {
         (name, m): timing.Runner(model, m) for name, model in models.items() for m in (long, short)
     }
+    rows = [[prompt] * batch]
     for runner in runners.values():  # warm-up: compile both lengths
-        runner.run([[prompt]], temperature, None)
+        runner.run(rows, temperature, None)
     times = {key: [] for key in runners}
     for _ in range(repeats):  # interleaved: target long, target short, draft long, ...
         for key, runner in runners.items():
-            times[key].append(sum(runner.run([[prompt]], temperature, None)[0]))
+            times[key].append(sum(runner.run(rows, temperature, None)[0]))
     per_token = {}
     for name in models:
         t_long, t_short = min(times[name, long]), min(times[name, short])
@@ -157,9 +168,10 @@ def _per_token_seconds(models: dict, prompt, long: int, short: int, repeats: int
 
 
 def measure_cost_ratio(
-    target, draft, prompt, tokens: int, repeats: int, temperature: float = 0.0
+    target, draft, prompt, tokens: int, repeats: int, temperature: float = 0.0, batch: int = 1
 ) -> dict:
-    """c = draft decode step time / target decode step time, both generating alone.
+    """c = draft decode step time / target decode step time, both generating alone, `batch`
+    rows (the prompt repeated) a step.
 
     Both sample at `temperature` (the sampling ops are part of a draft step); at least 5
     interleaved repeats, the fastest of each kept (see `_per_token_seconds`). Two lengths,
@@ -176,7 +188,7 @@ def measure_cost_ratio(
     long = max(min(int(tokens), room), 2)
     short = long // 2 + 1
     per_token = _per_token_seconds(
-        models, prompt, long, short, max(int(repeats), 5), float(temperature)
+        models, prompt, long, short, max(int(repeats), 5), float(temperature), int(batch)
     )
     c = per_token["draft"] / per_token["target"] if draft is not None else None
     return {
@@ -184,18 +196,20 @@ def measure_cost_ratio(
         "draft_step_s": per_token.get("draft"),
         "c": c,
         "lengths": [short, long],
+        "batch": int(batch),
     }
 
 
 def measure_head_cost(
-    heads, num_heads: int, target_step_s: float, repeats: int, target=None
+    heads, num_heads: int, target_step_s: float, repeats: int, target=None, batch: int = 1
 ) -> dict:
     """A head's c in target decode steps per draft token, so that N c is the proposer's cost
     of a step that drafts N tokens, as for a draft LM.
 
-    Medusa: the heads' own forward (batch 1, `num_heads` heads) divided by num_heads (one
-    forward drafts them all). EAGLE: one drafter call over one entry with a cache of 256 slots
-    (a chain drafts one token per call); `target` (the Model whose embedding and LM head the
+    Medusa: the heads' own forward (`batch` rows, `num_heads` heads) divided by num_heads (one
+    forward drafts them all). EAGLE: one drafter call over one entry a row with a cache of 256
+    slots (a chain drafts one token per call); `target_step_s` is the target's step at the
+    same batch; `target` (the Model whose embedding and LM head the
     drafter shares) is required there. Timed as 64 calls inside one jitted loop (no per-call
     dispatch in the number), fastest of `repeats` (at least 5) runs.
 
@@ -203,9 +217,10 @@ def measure_head_cost(
       {"heads_step_s": seconds per forward (all num_heads Medusa heads, one EAGLE call), "c":
       that / (num_heads * target_step_s) for Medusa, that / target_step_s for EAGLE}.
     """
+    batch = check_int("batch", batch, 1)
     if isinstance(heads, EagleHead):
-        return _measure_drafter_cost(heads, target, target_step_s, repeats)
-    graphdef, params = nnx.split(heads)
+        return _measure_drafter_cost(heads, target, target_step_s, repeats, batch)
+    graphdef, params = kernels.split_for_decode(heads)  # the layout decoding uses
     calls = 64
 
     @jax.jit
@@ -213,9 +228,9 @@ def measure_head_cost(
         module = nnx.merge(graphdef, p)
         # A new input every iteration, so nothing is hoisted out of the loop.
         body = lambda i, acc: acc + module(h + i.astype(h.dtype), num_heads)[:, :, :1]  # noqa: E731
-        return jax.lax.fori_loop(0, calls, body, jnp.zeros((1, num_heads, 1), jnp.float32))
+        return jax.lax.fori_loop(0, calls, body, jnp.zeros((batch, num_heads, 1), jnp.float32))
 
-    h = jnp.zeros((1, heads.config.hidden_size), jnp.float32)
+    h = jnp.zeros((batch, heads.config.hidden_size), jnp.float32)
     jax.block_until_ready(run(params, h))  # compile
     times = []
     for _ in range(max(int(repeats), 5)):
@@ -226,29 +241,30 @@ def measure_head_cost(
     return {"heads_step_s": step, "c": step / (num_heads * target_step_s)}
 
 
-def _measure_drafter_cost(head, target, target_step_s: float, repeats: int) -> dict:
+def _measure_drafter_cost(head, target, target_step_s: float, repeats: int, batch: int) -> dict:
     if target is None:
         raise ValueError("measure_head_cost: an EAGLE drafter needs target= (its embedding)")
     module = as_model(target).module
-    graphdef, params = nnx.split((module, head))
+    (tdef, tparams), (hdef, hparams) = (kernels.split_for_decode(m) for m in (module, head))
     calls, slots = 64, 256
 
     @jax.jit
     def run(p, cache):
-        tmod, drafter = nnx.merge(graphdef, p)
-        mask = jnp.ones((1, 1, 1), bool)
+        tmod, drafter = nnx.merge(tdef, p[0]), nnx.merge(hdef, p[1])
+        mask = jnp.ones((batch, 1, 1), bool)
 
         def body(i, carry):
             cache, acc = carry
-            tok = (i % tmod.config.vocab_size).astype(jnp.int32)[None, None]  # [1, 1]
-            feat = jnp.zeros((1, 1, drafter.config.hidden_size), jnp.float32) + acc
-            pos = jnp.full((1, 1), 128, jnp.int32) + i
+            tok = jnp.full((batch, 1), i % tmod.config.vocab_size, jnp.int32)
+            feat = jnp.zeros((batch, 1, drafter.config.hidden_size), jnp.float32) + acc
+            pos = jnp.full((batch, 1), 128, jnp.int32) + i
             h, logits, cache = drafter(tmod, tok, feat, pos, cache, mask)
             return cache, acc + logits[0, 0, 0] * 0 + h[0, 0, 0] * 1e-6
 
         return jax.lax.fori_loop(0, calls, body, (cache, jnp.float32(0)))[1]
 
-    cache = head.init_cache(1, slots).replace(lengths=jnp.full((1,), 128, jnp.int32))
+    cache = head.init_cache(batch, slots).replace(lengths=jnp.full((batch,), 128, jnp.int32))
+    params = (tparams, hparams)
     jax.block_until_ready(run(params, cache))  # compile
     times = []
     for _ in range(max(int(repeats), 5)):
@@ -358,20 +374,22 @@ def pick(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
     names = [m for m in cfg.methods if m != "autoregressive"]
     check_inputs(cfg, draft, heads)
     check_int("n_max", cfg.n_max, 1, 16)
+    batch = check_int("batch_size", cfg.batch_size, 1, 256)
     target, draft, drafts = resolve_models(cfg, target, draft, heads)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     prompts = sample_prompts(cfg, target.tokenizer)
     runner = timing.Runner(target, int(cfg.max_new_tokens), int(cfg.seed))
-    workloads = {c: timing.make_batches(p, 1) for c, p in prompts.items()}
+    workloads = {c: timing.make_batches(p, 1) for c, p in prompts.items()}  # alpha, per row
+    served = {c: timing.make_batches(p, batch) for c, p in prompts.items()}  # timed candidates
     first_prompt = next(iter(prompts.values()))[0]
-    log.info("pick 1/3: draft/target cost ratio")
+    log.info("pick 1/3: draft/target cost ratio at batch %d", batch)
     cost = measure_cost_ratio(
-        target, drafts.model, first_prompt, cfg.cost_tokens, cfg.repeats, cfg.temperature
+        target, drafts.model, first_prompt, cfg.cost_tokens, cfg.repeats, cfg.temperature, batch
     )
     head_cost = {
         slot: measure_head_cost(h, min(int(cfg.num_speculative_tokens), _head_limit(h) or 16),
-                                cost["target_step_s"], cfg.repeats, target)
+                                cost["target_step_s"], cfg.repeats, target, batch)
         for slot, h in drafts.heads
     }  # fmt: skip
     cost["heads"] = head_cost
@@ -379,7 +397,7 @@ def pick(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
     if cfg.verify_cost:
         room = target.config.max_position_embeddings - int(cfg.prompt_tokens)
         blocks = [b for b in cfg.verify_blocks if b <= min(int(cfg.max_draft_nodes) + 1, room)]
-        curve = measure_verify_cost(target, blocks, context=int(cfg.prompt_tokens),
+        curve = measure_verify_cost(target, blocks, batch=batch, context=int(cfg.prompt_tokens),
                                     repeats=int(cfg.repeats))  # fmt: skip
         log.info("verify cost (target forwards): %s", dict(zip(curve["blocks"],
                  (round(x, 2) for x in curve["cost"]), strict=True)))  # fmt: skip
@@ -413,7 +431,7 @@ def pick(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
     if cfg.measure and best_per_method:
         top = best_per_method[: max(int(cfg.measure_top), 1)]
         log.info("pick 3/3: measuring %s", ", ".join(f"{r['method']} N={r['n']}" for r in top))
-        measured = _measure_candidates(cfg, runner, workloads, top, drafts, per_method, curve)
+        measured = _measure_candidates(cfg, runner, served, top, drafts, per_method, curve)
     choice = _choose(best_per_method, measured)
     result = {
         "machine": timing.machine_info(),
@@ -507,13 +525,14 @@ def _cpu_line(machine: dict) -> str:
 def recommendation_markdown(result: dict, workdir) -> str:
     """recommendation.md: the pick, predicted vs measured, and what the prediction used."""
     choice, cfg, cost = result["choice"], result["config"], result["cost"]
+    batch = cfg.get("batch_size", 1)
     if choice["method"] == "autoregressive":
-        headline = f"**Do not speculate**: {choice['basis']}."
+        headline = f"**Do not speculate** at batch {batch}: {choice['basis']}."
     else:
         got = choice.get("measured_speedup")
         headline = (
             f"**Use `{choice['method']}` with N = {choice['n']}** at temperature "
-            f"{cfg['temperature']}: predicted {choice['predicted_speedup']:.2f}x"
+            f"{cfg['temperature']}, batch {batch}: predicted {choice['predicted_speedup']:.2f}x"
             + (f", measured {got:.2f}x" if got is not None else "")
             + " over autoregressive decoding."
         )
@@ -523,7 +542,8 @@ def recommendation_markdown(result: dict, workdir) -> str:
         headline,
         "",
         f"Target: `{result['models']['target']}`; draft: `{result['models']['draft']}`; "
-        f"prompts: {result['prompts']} (batch 1, {cfg['max_new_tokens']} new tokens).",
+        f"prompts: {result['prompts']} ({cfg['max_new_tokens']} new tokens; alpha at batch 1, "
+        f"the costs and the measured speedups at batch {cfg.get('batch_size', 1)}).",
         "",
         "## Predicted vs measured",
         "",
@@ -534,7 +554,7 @@ def recommendation_markdown(result: dict, workdir) -> str:
         f"Cost ratio c = draft step / target step = {_fmt(cost['c'], '.3f')} "
         f"(target {_fmt(cost['target_step_s'] * 1e3, '.2f')} ms/token, draft "
         f"{_fmt(None if cost['draft_step_s'] is None else cost['draft_step_s'] * 1e3, '.2f')} "
-        f"ms/token, batch 1, T={cfg['temperature']:g}); head methods use the heads' own "
+        f"ms/token, batch {cost.get('batch', 1)}, T={cfg['temperature']:g}); head methods use the heads' own "
         "forward per head in target steps"
         + "".join(
             f" ({slot}: {h['heads_step_s'] * 1e3:.3f} ms for the heads used, c = {h['c']:.3f})"

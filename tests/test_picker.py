@@ -10,6 +10,7 @@ import specjax as sj
 from specjax import picker
 from specjax.bench import default_config as bench_config
 from specjax.bench import methods as mt
+from specjax.bench import timing
 from specjax.bench.verify_cost import cost_at
 from specjax.speedup import expected_speedup
 
@@ -137,6 +138,49 @@ def test_pick_errors_early(tmp_path):
     cfg.n_max = 0
     with pytest.raises(ValueError, match="n_max=0"):
         picker.pick(cfg, tmp_path)
+    cfg.n_max = 4
+    cfg.batch_size = 0
+    with pytest.raises(ValueError, match="batch_size=0"):
+        picker.pick(cfg, tmp_path)
+
+
+def test_pick_at_batch(pair, tmp_path, monkeypatch):
+    """batch_size prices the workload's batch: the target and heads' steps, the verify curve
+    and the measured candidates at that many rows; alpha per row at batch 1."""
+    target, _ = pair
+    cfg = tiny_pick_config()
+    cfg.methods = ("ngram", "medusa_chain")
+    cfg.batch_size = 2
+    rows = {"run": set(), "compare": set()}
+    run, compare = timing.Runner.run, timing.Runner.compare
+
+    def spy_run(self, batches, *a, **k):
+        rows["run"].update(len(b) for b in batches)
+        return run(self, batches, *a, **k)
+
+    def spy_compare(self, workloads, *a, **k):
+        rows["compare"].update(len(b) for batches in workloads.values() for b in batches)
+        return compare(self, workloads, *a, **k)
+
+    monkeypatch.setattr(timing.Runner, "run", spy_run)
+    monkeypatch.setattr(timing.Runner, "compare", spy_compare)
+    heads = sj.MedusaHeads.for_target(target, num_heads=3)
+    rec = picker.pick(cfg, tmp_path, target=target, heads={"medusa": heads})
+    cost = rec["cost"]
+    assert cost["batch"] == 2 and cost["verify_curve"]["batch"] == 2
+    assert rows["compare"] == {2}  # the measured candidate against AR, 2 rows a call
+    assert rows["run"] == {1, 2}  # alpha per row (batch 1); the target's step at 2 rows
+    head_cost = cost["heads"]["medusa"]
+    assert head_cost["c"] == pytest.approx(head_cost["heads_step_s"] / (2 * cost["target_step_s"]))
+    # An EAGLE drafter's call at 2 rows (its cache and inputs batched), priced the same way.
+    eagle3 = sj.EagleHead.for_target(target, method="eagle3")
+    drafter = picker.measure_head_cost(eagle3, 2, cost["target_step_s"], 1, target, batch=2)
+    assert drafter["c"] == pytest.approx(drafter["heads_step_s"] / cost["target_step_s"])
+    assert drafter["heads_step_s"] > 0
+    md = (tmp_path / "recommendation.md").read_text()
+    assert "the costs and the measured speedups at batch 2" in md
+    choice = rec["choice"]["method"]
+    assert ("at batch 2:" if choice == "autoregressive" else ", batch 2: predicted") in md
 
 
 def test_prompts_file(pair, tmp_path):
