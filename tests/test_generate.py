@@ -161,6 +161,27 @@ def test_compile_once_per_bucket(target, caplog):
     assert engine.trace_count() - before == 3
 
 
+def test_prompt_buckets():
+    lengths = (1, 16, 17, 32, 33, 48, 49, 64, 65, 96, 97, 128, 129, 192, 193, 256, 257, 384, 385)
+    want = (16, 16, 32, 32, 48, 48, 64, 64, 96, 96, 128, 128, 192, 192, 256, 256, 384, 384, 512)
+    assert [engine.prompt_bucket(n) for n in lengths] == list(want)
+    for n in range(33, 3000):  # past 32 tokens, a prompt pays for less than half its length
+        assert n <= engine.prompt_bucket(n) < 1.5 * n
+
+
+def test_three_quarter_bucket_gives_the_tokens_of_the_next_power_of_two(target, monkeypatch):
+    """A 40-token prompt pads to 48, not 64: the same tokens, autoregressive and speculative."""
+    prompt = np.random.default_rng(5).integers(0, 32, 40).tolist()
+    assert engine.prompt_bucket(len(prompt)) == 48
+    got = sj.generate(target, [prompt], 12, stop_token_ids=[]).tokens
+    spec = {"method": "ngram", "num_speculative_tokens": 3}
+    assert (
+        sj.generate(target, [prompt], 12, stop_token_ids=[], speculative_config=spec).tokens == got
+    )
+    monkeypatch.setattr(engine, "prompt_bucket", lambda n: 64)
+    assert sj.generate(target, [prompt], 12, stop_token_ids=[]).tokens == got
+
+
 def test_stream_yields_the_same_tokens(target, prompts, stop_ids):
     want = sj.generate(target, prompts, max_new_tokens=NEW, stop_token_ids=stop_ids).tokens
     got = [[] for _ in prompts]
