@@ -155,3 +155,46 @@ def test_decoder_logits_with_and_without_the_attention_kernel(target, monkeypatc
     with_kernel = run()
     monkeypatch.setenv(kernels.ATTENTION_ENV, "0")
     np.testing.assert_allclose(with_kernel, run(), rtol=2e-5, atol=2e-5)
+
+
+def _drafter_program(target, head, pack=True):
+    """The EAGLE-3 drafter's cached forward over a block of 3 entries, jitted: (hidden, logits)
+    and the lowered program's text."""
+    (tdef, tstate), (hdef, hstate) = (
+        kernels.split_for_decode(m, pack=pack) for m in (target, head)
+    )
+    B, T, W = 2, 3, 3
+    rng = np.random.default_rng(4)
+    tokens = jnp.asarray(rng.integers(0, target.config.vocab_size, (B, T)), jnp.int32)
+    feature = jnp.asarray(rng.standard_normal((B, T, head.config.hidden_size)), jnp.float32)
+    positions = 5 + jnp.arange(T)[None].repeat(B, 0)
+    block_mask = jnp.tril(jnp.ones((T, W), bool))[None].repeat(B, 0)  # a chain: causal
+
+    def forward(tstate, hstate):
+        cache = head.init_cache(B, 16).replace(lengths=jnp.array([5, 2], jnp.int32))
+        drafter = nnx.merge(hdef, hstate)
+        h, logits, _ = drafter(
+            nnx.merge(tdef, tstate), tokens, feature, positions, cache, block_mask
+        )
+        return h, logits
+
+    fn = jax.jit(forward)
+    return [np.asarray(x) for x in fn(tstate, hstate)], fn.lower(tstate, hstate).as_text()
+
+
+def test_eagle_drafter_uses_the_attention_kernel_when_laid_out(target, monkeypatch):
+    """The drafter's cached forward: the kernel when its weights are packed for decoding (the
+    same hidden states and logits as XLA's attention), never over the standard layout."""
+    head = sj.EagleHead.for_target(target, method="eagle3", seed=2)
+    name = "specjax_cache_attention"
+    (h, logits), text = _drafter_program(target, head)
+    assert name in text
+    (h_std, logits_std), text = _drafter_program(target, head, pack=False)
+    assert name not in text
+    monkeypatch.setenv(kernels.ATTENTION_ENV, "0")
+    (h_off, logits_off), text = _drafter_program(target, head)
+    assert name not in text
+    for got in (h_off, h_std):
+        np.testing.assert_allclose(h, got, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(logits, logits_off, rtol=2e-5, atol=2e-5)
+    assert np.isfinite(h).all() and np.abs(h - h[:, :1]).max() > 0  # entries differ
