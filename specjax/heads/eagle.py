@@ -37,11 +37,19 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from specjax import kernels
 from specjax.cache import KVCache
 from specjax.models import Decoder, as_model
 from specjax.models.config import ModelConfig, rope_inv_freq
-from specjax.models.decoder import MLP, RMSNorm, _dense, apply_rope, attend, dense_many
+from specjax.models.decoder import (
+    MLP,
+    RMSNorm,
+    _dense,
+    apply_rope,
+    attend,
+    attend_cache,
+    dense_many,
+    is_laid_out,
+)
 from specjax.validate import check_int
 
 METHODS = ("eagle", "eagle3")
@@ -343,21 +351,18 @@ class EagleHead(nnx.Module):
         q, k, v = self.qkv(a, positions)
         cache, k_all, v_all = cache.write_layer(0, k, v, offset)
         mask = cache.attention_mask(block_mask)  # [B, T, S]
-        if self.laid_out() and kernels.attention_applies(q, cache.k):
-            # Decoding on the CPU: the target's attention kernel over the drafter's one-layer
-            # cache (each row reads only its visible slots; XLA's small batched dots cost
-            # tens of microseconds each here, BENCHMARKS.md 2026-12-06 (2)).
-            scale = 1.0 / math.sqrt(self.config.layer.head_dim)
-            attn = kernels.cache_attention(q, cache.k, cache.v, 0, mask, scale)
-        else:
-            attn = self.attend(q, k_all, v_all, mask)
+        # Decoding on the CPU: the target's attention kernel over the drafter's one-layer
+        # cache (XLA's small batched dots cost tens of microseconds each here, BENCHMARKS.md
+        # "A Zen 4 EPYC"); training calls `attend` directly.
+        scale = 1.0 / math.sqrt(self.config.layer.head_dim)
+        attn = attend_cache(q, cache, 0, k_all, v_all, mask, scale, self.laid_out())
         h = self.layer_output(residual, attn)
         return h, self.logits(target, h), cache
 
     def laid_out(self) -> bool:
         """Weights packed for decoding on the CPU (`kernels.split_for_decode`): the cached
         forward may use the attention kernel too (never in training)."""
-        return isinstance(self.o_proj.kernel[...], kernels.PackedWeight)
+        return is_laid_out(self.o_proj)
 
     def init_cache(self, batch: int, max_len: int) -> KVCache:
         return KVCache.for_model(self.config.layer, batch, max_len)

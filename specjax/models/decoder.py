@@ -146,6 +146,26 @@ def attend(q, k, v, mask, scale):
     return out.reshape(B, K, G, T, H).transpose(0, 3, 1, 2, 4).reshape(B, T, N, H)
 
 
+def attend_cache(q, cache: KVCache, layer: int, k_all, v_all, mask, scale, laid_out: bool):
+    """Attention of a query block over one layer of the cache, as decoding runs it: the CPU
+    kernel (`kernels.cache_attention`, only the visible slots read) when the weights are laid
+    out for decoding and the block is one it takes, else `attend` over k_all / v_all (the
+    layer as stored, [B, K, S, H]). The target's layers and an EAGLE drafter both use it.
+
+    Returns:
+      [B, T, N, H].
+    """
+    if laid_out and kernels.attention_applies(q, cache.k):
+        return kernels.cache_attention(q, cache.k, cache.v, layer, mask, scale)
+    return attend(q, k_all, v_all, mask, scale)
+
+
+def is_laid_out(dense) -> bool:
+    """Whether a dense layer's weight is packed for decoding on the CPU
+    (`kernels.split_for_decode`): never in training, never under a mesh."""
+    return isinstance(dense.kernel[...], kernels.PackedWeight)
+
+
 class Attention(nnx.Module):
     """Self-attention; Llama names (q/k/v/o_proj, q/k_norm) or GPT-2 names (c_attn, c_proj)."""
 
@@ -170,8 +190,7 @@ class Attention(nnx.Module):
     def laid_out(self) -> bool:
         """Weights packed for decoding on the CPU (`kernels.split_for_decode`): the block may
         use the attention kernel too (never in training, never under a mesh)."""
-        out = self.o_proj if self.config.is_llama else self.c_proj
-        return isinstance(out.kernel[...], kernels.PackedWeight)
+        return is_laid_out(self.o_proj if self.config.is_llama else self.c_proj)
 
     def qkv(self, x):
         """x: [B, T, D] -> q [B, T, N, H], k, v [B, T, K, H]."""
@@ -200,10 +219,7 @@ class Attention(nnx.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         cache, k_all, v_all = cache.write_layer(layer, k, v, offset)  # [B, K, S, H] each
         scale = 1.0 / math.sqrt(self.config.head_dim)
-        if self.laid_out() and kernels.attention_applies(q, cache.k):
-            out = kernels.cache_attention(q, cache.k, cache.v, layer, mask, scale)
-        else:
-            out = attend(q, k_all, v_all, mask, scale)  # [B, T, N, H]
+        out = attend_cache(q, cache, layer, k_all, v_all, mask, scale, self.laid_out())
         out = out.reshape(B, T, -1)  # [B, T, N*H]
         return (self.o_proj(out) if self.config.is_llama else self.c_proj(out)), cache
 
