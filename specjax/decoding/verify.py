@@ -214,22 +214,33 @@ def _draw(key, r, mode: str) -> jax.Array:
     return jax.random.categorical(key, jnp.log(r)).astype(jnp.int32)  # []
 
 
-def _walk_greedy(target_ids, x, valid, parents):
-    """The greedy walk on the target's argmax per node (no law over V is carried).
+def _walk_greedy(target_ids, x, valid, parents, max_depth: int):
+    """The greedy walk on the target's argmax per node, with no loop over nodes.
+
+    Greedy acceptance needs no running law, so the walk's sequential scan reduces to two
+    vectorised passes. Node j matches iff it is valid and its token is the argmax at its
+    parent. Of the matching children of one node the walk enters the first (lowest index:
+    a later sibling's parent is no longer the current node), so `first[b, p]` is the lowest
+    matching child of node p (a scatter-min over parents). The walk then descends from the
+    root `max_depth` times through `first`, stopping where no child matches. This is the
+    scan over nodes in index order exactly (tests/decoding/test_verify.py checks it against
+    that scan on random trees), at Dmax gathers instead of P loop iterations.
 
     target_ids [B, N] int32 argmax at each node, x [B, N], valid [B, N], parents [B, N].
     Returns (c, bonus) [B] each: the last accepted node and the argmax after it.
     """
     B, N = x.shape
-    rows = jnp.arange(B)
-
-    def step(c, j):  # c [B] the current node
-        cand = valid[:, j] & (parents[:, j] == c)  # [B]
-        accept = cand & (x[:, j] == target_ids[rows, c])  # [B]
-        return jnp.where(accept, j, c), None
-
-    c, _ = jax.lax.scan(step, jnp.zeros((B,), jnp.int32), jnp.arange(1, N, dtype=jnp.int32))
-    return c, target_ids[rows, c]
+    rows = jnp.arange(B)[:, None]  # [B, 1]
+    at_parent = jnp.take_along_axis(target_ids, jnp.maximum(parents, 0), axis=1)  # [B, N]
+    match = valid & (parents >= 0) & (x == at_parent)  # [B, N]; the root never matches
+    nodes = jnp.broadcast_to(jnp.arange(N, dtype=jnp.int32), (B, N))  # [B, N]
+    slot = jnp.where(match, parents, N)  # [B, N] non-matching nodes go to a spare slot N
+    first = jnp.full((B, N + 1), N, jnp.int32).at[rows, slot].min(nodes)  # [B, N+1]
+    c = jnp.zeros((B,), jnp.int32)  # [B] the current node
+    for _ in range(max_depth):  # static Dmax: each descent is one gather per row
+        child = first[rows[:, 0], c]  # [B]; N when no child of c matches
+        c = jnp.where(child < N, child, c)
+    return c, target_ids[rows[:, 0], c]
 
 
 def _walk(law, vocab: int, x, q, valid, keys, parents, mode: str):
@@ -442,7 +453,7 @@ def verify(
     topology = topology if topology is not None else Topology.of(tree, x.shape[0])
     parents = topology.parents.astype(jnp.int32)  # [B, N]
     if mode == "greedy":  # one argmax per node up front; the walk carries node ids only
-        c, bonus = _walk_greedy(greedy_argmax(target_probs), x, valid, parents)
+        c, bonus = _walk_greedy(greedy_argmax(target_probs), x, valid, parents, tree.max_depth)
         return _emit(c, bonus, x, topology, tree.max_depth)
     q = None
     if mode == "probabilistic":

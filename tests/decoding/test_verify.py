@@ -7,11 +7,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from specjax import sampling as sp
 from specjax.decoding import trees
 from specjax.decoding import verify as vf
+from specjax.decoding.topology import Topology, TreeShape
 
 LOSSLESS = ("probabilistic", "one_hot", "strict")
 SMALL = trees.get_tree("small_2x3")  # parents (-1, 0, 0, 0, 1, 1)
@@ -245,6 +248,46 @@ def test_greedy_tree_follows_argmax_path():
     np.testing.assert_array_equal(res.num_accepted, [1, 2])
     np.testing.assert_array_equal(res.path, [[0, 2, -1], [0, 1, 5]])
     np.testing.assert_array_equal(res.tokens, [[7, 2, 0], [7, 6, 3]])
+
+
+def _greedy_scan(amax, tokens, valid, parents):
+    """The greedy walk as the module's docstring states it: scan nodes 1..P in index order,
+    enter a valid node whose parent is the current node and whose token is the argmax there."""
+    c = 0
+    for j in range(1, len(tokens)):
+        if valid[j] and parents[j] == c and tokens[j] == amax[c]:
+            c = j
+    return c
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(st.integers(0, 2**31 - 1), st.integers(2, 40), st.sampled_from([2, 3, 5]))
+def test_greedy_walk_equals_the_scan_over_nodes(seed, num_nodes, vocab):
+    """The vectorised greedy walk (scatter-min of matching children, Dmax descents) accepts
+    exactly the node the sequential scan does, on random per-row trees with repeated sibling
+    tokens, invalid nodes and a small vocabulary (so most drafts match somewhere)."""
+    rng = np.random.default_rng(seed)
+    rows = 6
+    parents = np.full((rows, num_nodes), -1, np.int32)
+    depth = np.zeros((rows, num_nodes), np.int32)
+    for j in range(1, num_nodes):
+        parents[:, j] = rng.integers(0, j, size=rows)
+        depth[:, j] = depth[np.arange(rows), parents[:, j]] + 1
+    max_depth = int(depth.max())
+    amax = rng.integers(0, vocab, size=(rows, num_nodes))
+    tokens = rng.integers(0, vocab, size=(rows, num_nodes)).astype(np.int32)
+    valid = rng.random((rows, num_nodes)) < 0.8
+    topo = Topology(parents=jnp.asarray(parents), depth=jnp.asarray(depth))
+    shape = TreeShape(num_nodes, max_depth)
+    res = vf.verify(_peaked(amax), tokens, shape, "greedy", None, topology=topo, node_valid=valid)
+    want = [_greedy_scan(amax[b], tokens[b], valid[b], parents[b]) for b in range(rows)]
+    num = np.asarray(res.num_accepted)
+    last = np.asarray(res.path)[np.arange(rows), num]
+    np.testing.assert_array_equal(last, want)
+    np.testing.assert_array_equal(num, depth[np.arange(rows), want])
+    np.testing.assert_array_equal(
+        np.asarray(res.tokens)[np.arange(rows), num], amax[np.arange(rows), want]
+    )
 
 
 # ------------------------------------------------------------------------ masking, NaNs
