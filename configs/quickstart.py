@@ -76,6 +76,12 @@ def get_config(arg=None):
     # stored (one target pass over the rows), so each step costs the heads alone.
     config.medusa = train_medusa.get_config()
     config.medusa.features.precompute = True
+    # One LM head for the four heads, the target's (vLLM's `original_lm_head`), cut to the
+    # 512 ids the training rows use most (`truncated_vocab_size`): on this 6x384 target four
+    # trained [384, 2048] copies were 12.6 MB of a step's bytes. Chain step 2.08 -> 1.61 AR
+    # steps at tau 2.91 -> 2.80, whole call 1.30x -> 1.49x (experiments/medusa_lm_head.py,
+    # BENCHMARKS.md "Medusa's LM heads on the quickstart").
+    config.medusa.heads.update(shared_lm_head=True, draft_vocab_size=512)
     config.medusa.train.update(num_steps=150, eval_every=75, checkpoint_every=75)
     # EAGLE-3 on the same self-distilled rows (cached by the first trainer), its three layer
     # taps stored once; a shorter training-time-test unroll than the paper's 7.
