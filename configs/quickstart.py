@@ -26,7 +26,9 @@ min wall in all, pip included):
   1 target LM                   7 min     5.9 min    6x384, 400 steps of 8x128 tokens: eval 4.42
   2 draft LM                    1.5 min   1.3 min    2x128, 300 steps of 16x128: eval 4.04
   3 Medusa-1 heads              2 min     1.8 min    self-distillation (256 + 16 rows, shared),
-                                                     features stored once, 150 steps
+                                                     features stored once, 150 steps; one
+                                                     shared LM head over 512 ids since
+                                                     2026-12-06 (0.4 min on a Zen 4)
   4 EAGLE-3 drafter             2 min     1.7 min    taps stored once, 120 steps, 3-step TTT
   5 benchmark + decode timing   7 min     6.3 min    6 methods x batch {1, 8} x T {0, 1}, one
                                                      AR baseline per cell, 3 prompts a category
@@ -37,6 +39,8 @@ min wall in all, pip included):
   2.70, 1.39x; ngram 2.17, 1.18x; eagle3 3.18, 0.79x (dynamic tree depth 5, 16 drafts);
   draft_model 1.97, 0.93x. At T=1 only draft_model pays (2.44, 1.20x); at batch 8 nothing
   does (best ngram 0.94x). On a day the VM ran 1.45x slower the whole run took 24.2 min.
+  With the shared LM head, on a 2-core Zen 4 EPYC (2026-12-06, 12.4 min): medusa_chain
+  2.50, 1.41x; ngram 2.07, 1.36x; medusa 2.82, 1.13x; eagle3 3.38, 0.61x.
   tiny     ~1.5 min wall. 2x64 target and 1x32 draft, 120 steps each on the synthetic
            pair-cycle corpus (`specjax.data.pair_cycle_records`, which a tiny target learns
            and then continues deterministically), tiny heads (60 steps), 8 prompts of 16
