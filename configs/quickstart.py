@@ -40,7 +40,9 @@ min wall in all, pip included):
   draft_model 1.97, 0.93x. At T=1 only draft_model pays (2.44, 1.20x); at batch 8 nothing
   does (best ngram 0.94x). On a day the VM ran 1.45x slower the whole run took 24.2 min.
   With the shared LM head, on a 2-core Zen 4 EPYC (2026-12-06, 12.4 min): medusa_chain
-  2.50, 1.41x; ngram 2.07, 1.36x; medusa 2.82, 1.13x; eagle3 3.38, 0.61x.
+  2.50, 1.41x; ngram 2.07, 1.36x; medusa 2.82, 1.13x; eagle3 3.38, 0.61x. With EAGLE-3 over
+  512 ids, its 6-node dynamic tree and eagle3_chain (13.8 min on a slower day): medusa_chain
+  1.35x, ngram 1.31x, eagle3_chain 2.66, 1.04x; eagle3 2.86, 0.85x.
   tiny     ~1.5 min wall. 2x64 target and 1x32 draft, 120 steps each on the synthetic
            pair-cycle corpus (`specjax.data.pair_cycle_records`, which a tiny target learns
            and then continues deterministically), tiny heads (60 steps), 8 prompts of 16
@@ -83,7 +85,7 @@ def get_config(arg=None):
     # One LM head for the four heads, the target's (vLLM's `original_lm_head`), cut to the
     # 512 ids the training rows use most (`truncated_vocab_size`): on this 6x384 target four
     # trained [384, 2048] copies were 12.6 MB of a step's bytes. Chain step 2.08 -> 1.61 AR
-    # steps at tau 2.91 -> 2.80, whole call 1.30x -> 1.49x (experiments/medusa_lm_head.py,
+    # steps at tau 2.91 -> 2.80, whole call 1.30x -> 1.49x (experiments/heads_ab.py,
     # BENCHMARKS.md "Medusa's LM heads on the quickstart").
     config.medusa.heads.update(shared_lm_head=True, draft_vocab_size=512)
     config.medusa.train.update(num_steps=150, eval_every=75, checkpoint_every=75)
@@ -91,6 +93,10 @@ def get_config(arg=None):
     # taps stored once; a shorter training-time-test unroll than the paper's 7.
     config.eagle3 = train_eagle.get_config()
     config.eagle3.ttt_steps = 3
+    # A draft vocabulary of the 512 ids the rows use most (EAGLE-3's d2t): the drafter's LM
+    # head a quarter of the size, and held-out tau up (chain 3: 2.27 -> 2.62, step 2.17 ->
+    # 2.00 AR steps; BENCHMARKS.md "A Zen 4 EPYC, fourth session").
+    config.eagle3.head.draft_vocab_size = 512
     config.eagle3.train.update(num_steps=120, eval_every=60, checkpoint_every=60)
     config.bench = bench_default_config()
     # Every registered method whose draft the quickstart trains (EAGLE-1's drafter is not:
@@ -99,6 +105,11 @@ def get_config(arg=None):
     skip = ("autoregressive", "eagle1", "eagle2")
     config.bench.methods = tuple(m for m in registered_methods() if m not in skip)
     config.bench.update(num_prompts=3, tau_vs_n=(1, 2, 4))
+    # EAGLE-2's dynamic tree at 6 nodes, not the default 16: on this 6x384 target every
+    # verified node costs a measurable part of a step, and the 16-node tree's step cost
+    # 5.7-7.0 AR steps for tau 3.1-3.3 (0.5x); depth 4, top-2, 6 nodes: 2.8 AR steps, tau
+    # 2.96, 1.03x (BENCHMARKS.md "A Zen 4 EPYC, fourth session").
+    config.bench.dynamic_tree.update(depth=4, top_k=2, total_tokens=6)
     if variant == "tiny":
         _tiny(config)
     _shared_data(config)

@@ -356,6 +356,19 @@ for _name, _slot in (("eagle2", "eagle"), ("eagle3", "eagle3")):
                     nodes=_dynamic_nodes)(_eagle_dynamic(_slot))  # fmt: skip
 
 
+@register_method("eagle3_chain", needs_heads="eagle3")
+def _eagle3_chain(cfg, drafts):
+    """EAGLE-3's drafter on a chain of num_speculative_tokens drafts: on a CPU where every
+    verified node costs a measurable part of a step, a short chain can beat the dynamic tree
+    (BENCHMARKS.md "A Zen 4 EPYC, fourth session")."""
+    return {
+        "method": "eagle3",
+        "model": drafts.head("eagle3"),
+        "num_speculative_tokens": int(cfg.num_speculative_tokens),
+        **_verification(cfg),
+    }
+
+
 # ----------------------------------------------------------------------------- knobs
 
 

@@ -68,7 +68,7 @@ def test_results_json_has_every_method_and_category(bench):
     runs = on_disk["runs"]
     assert {r["method"] for r in runs} == {
         "autoregressive", "draft_model", "draft_tree", "ngram", "lookahead", "medusa",
-        "medusa_chain", "eagle1", "eagle2", "eagle3",
+        "medusa_chain", "eagle1", "eagle2", "eagle3", "eagle3_chain",
     }  # fmt: skip
     for method in mt.registered_methods():
         cats = sorted(r["category"] for r in runs if r["method"] == method)
@@ -93,7 +93,7 @@ def test_results_json_has_every_method_and_category(bench):
 def test_acceptance_statistics_are_consistent(bench):
     _, results = bench
     depth = {"autoregressive": 0, "draft_model": N, "draft_tree": N, "ngram": N, "medusa": N,
-             "medusa_chain": N, "eagle1": N, "eagle2": N, "eagle3": N,
+             "medusa_chain": N, "eagle1": N, "eagle2": N, "eagle3": N, "eagle3_chain": N,
              "lookahead": N}  # fmt: skip
     for r in results["runs"]:
         u, c = r["acceptance_by_position"], r["conditional_acceptance_by_position"]

@@ -65,7 +65,7 @@ def test_every_method_has_sane_numbers(run):
         (m, b, t) for m in config.methods for b in config.batch_sizes for t in config.temperatures
     }
     assert cells == want
-    assert {"medusa", "medusa_chain", "eagle3"} <= {m for m, _, _ in cells}
+    assert {"medusa", "medusa_chain", "eagle3", "eagle3_chain"} <= {m for m, _, _ in cells}
     assert {r["category"] for r in summary["runs"]} == {data.PAIR_CYCLE, "overall"}
     for row in summary["runs"]:
         assert row["tau"] >= 1.0, row  # the heads' own thresholds: test_trained_heads_...
@@ -76,7 +76,7 @@ def test_every_method_has_sane_numbers(run):
         # Every call generates exactly max_new_tokens per row (no stop ids).
         if row["category"] == "overall":
             assert row["generated_tokens"] == config.max_new_tokens * config.num_prompts
-        if row["method"] in ("draft_model", "ngram", "medusa_chain"):  # chains: <= N + 1
+        if row["method"] in ("draft_model", "ngram", "medusa_chain", "eagle3_chain"):  # chains
             assert row["tau"] <= config.num_speculative_tokens + 1, row
         assert row["lossy"] is False
 

@@ -1,16 +1,22 @@
-"""Medusa heads with their own LM heads against heads that share the target's: tau and step.
+"""Head sets of one method against each other on one target: tau and step, alternated.
 
-Medusa-1 gives each of its K heads a trained [D, V] LM head; `shared_lm_head` makes them
-read the target's one (vLLM's `original_lm_head`). On a small target the K copies are a large
-part of a step's bytes (on the quickstart's 6x384 target with V = 2048, 4 x 3.1 MB against
-the target's 44 MB). This times, in one process and alternating, autoregressive decoding and
-each head set's Medusa chain (depth `--depth`) and the bench's Medusa tree, T=0, batch 1, on
-`--prompts` held-out prompts: per round a 1-token call and a `--new`-token call of each, and
-prints tau, the steady-state step ((long - short) / steps) in AR steps of the same round,
-the whole-call speedup, and the speedup per step (tau / step).
+E.g. Medusa heads with their own LM heads against heads that share the target's: Medusa-1
+gives each of its K heads a trained [D, V] LM head; `shared_lm_head` makes them read the
+target's one (vLLM's `original_lm_head`). On a small target the K copies are a large part of
+a step's bytes (on the quickstart's 6x384 target with V = 2048, 4 x 3.1 MB against the
+target's 44 MB). Or EAGLE-3 drafters over the whole vocabulary and a draft vocabulary.
 
-    cd experiments && python medusa_lm_head.py --target ../workdirs/qs/target \
+This times, in one process and alternating, autoregressive decoding and each head set's chain
+(depth `--depth`) and tree (Medusa: the bench's sparse tree cut to `--depth`; EAGLE: the
+dynamic tree `--dynamic depth,top_k,total_tokens`), T=0, batch 1, on the held-out prompts:
+per round a 1-token call and a `--new`-token call of each, and prints tau, the steady-state
+step ((long - short) / steps) in AR steps of the same round, the whole-call speedup, and the
+speedup per step (tau / step).
+
+    cd experiments && python heads_ab.py --target ../workdirs/qs/target \
         --heads own=../workdirs/qs/medusa shared=../workdirs/qs_shared/medusa
+    cd experiments && python heads_ab.py --target ../workdirs/qs2/target --depth 3 \
+        --dynamic 4,2,6 --heads v2048=../workdirs/qs2/eagle3 v512=../workdirs/qs_e512/eagle3
 """
 
 from __future__ import annotations
@@ -32,20 +38,34 @@ def main():
     ap.add_argument("--target", required=True)
     ap.add_argument("--heads", nargs="+", required=True, help="name=heads_dir ...")
     ap.add_argument("--depth", type=int, default=4)
+    ap.add_argument("--dynamic", default="5,4,16", help="EAGLE: depth,top_k,total_tokens")
     ap.add_argument("--new", type=int, default=129)
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     target = sj.load_model(args.target)
     prompts = held_out(target, 1)[: args.prompts]
-    tree = trees.truncate(trees.get_tree(methods.DEFAULT_MEDUSA_TREE), args.depth)
+    medusa_tree = trees.truncate(trees.get_tree(methods.DEFAULT_MEDUSA_TREE), args.depth)
+    depth, top_k, total = (int(v) for v in args.dynamic.split(","))
     specs = {"autoregressive": None}
     for item in args.heads:
         name, path = item.split("=", 1)
         heads = sj.load_draft(path, target=target)
-        base = {"method": "medusa", "model": heads, "num_speculative_tokens": args.depth}
+        method = heads.config.method
+        base = {"method": method, "model": heads, "num_speculative_tokens": args.depth}
         specs[f"{name}, chain {args.depth}"] = base
-        specs[f"{name}, tree {methods.DEFAULT_MEDUSA_TREE}"] = {**base, "draft_tree": tree}
+        if method == "medusa":
+            specs[f"{name}, tree {methods.DEFAULT_MEDUSA_TREE}"] = {
+                **base,
+                "draft_tree": medusa_tree,
+            }
+        else:
+            dynamic = {"dynamic": {"top_k": top_k, "total_tokens": total}}
+            specs[f"{name}, dynamic d{depth} k{top_k} n{total}"] = {
+                **base,
+                "num_speculative_tokens": depth,
+                "draft_tree": dynamic,
+            }
 
     def call(spec, prompt, n):
         t = time.perf_counter()
