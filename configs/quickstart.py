@@ -88,7 +88,7 @@ def get_config(arg=None):
     # 512 ids the training rows use most (`truncated_vocab_size`): on this 6x384 target four
     # trained [384, 2048] copies were 12.6 MB of a step's bytes. Chain step 2.08 -> 1.61 AR
     # steps at tau 2.91 -> 2.80, whole call 1.30x -> 1.49x (experiments/heads_ab.py,
-    # BENCHMARKS.md "Medusa's LM heads on the quickstart").
+    # BENCHMARKS.md "A Zen 4 EPYC, fourth session").
     config.medusa.heads.update(shared_lm_head=True, draft_vocab_size=512)
     # Such heads train in a third of the time, so they get 400 steps (was 150): held-out
     # top-1 .726 / .680 / .656 / .616 -> .766 / .728 / .696 / .633, chain tau 2.80 -> 2.91,

@@ -281,14 +281,22 @@ def _medusa(cfg, drafts):
     }
 
 
-@register_method("medusa_chain", needs_heads="medusa")
-def _medusa_chain(cfg, drafts):
-    return {
-        "method": "medusa",
-        "model": drafts.head("medusa"),
-        "num_speculative_tokens": int(cfg.num_speculative_tokens),
-        **_verification(cfg),
-    }
+def _head_chain(method: str):
+    """The builder of `method`'s heads (head slot of the same name) on a chain of
+    num_speculative_tokens drafts."""
+
+    def build(cfg, drafts):
+        return {
+            "method": method,
+            "model": drafts.head(method),
+            "num_speculative_tokens": int(cfg.num_speculative_tokens),
+            **_verification(cfg),
+        }
+
+    return build
+
+
+register_method("medusa_chain", needs_heads="medusa")(_head_chain("medusa"))
 
 
 def eagle_tree(cfg, n: int) -> trees.Tree:
@@ -356,17 +364,10 @@ for _name, _slot in (("eagle2", "eagle"), ("eagle3", "eagle3")):
                     nodes=_dynamic_nodes)(_eagle_dynamic(_slot))  # fmt: skip
 
 
-@register_method("eagle3_chain", needs_heads="eagle3")
-def _eagle3_chain(cfg, drafts):
-    """EAGLE-3's drafter on a chain of num_speculative_tokens drafts: on a CPU where every
-    verified node costs a measurable part of a step, a short chain can beat the dynamic tree
-    (BENCHMARKS.md "A Zen 4 EPYC, fourth session")."""
-    return {
-        "method": "eagle3",
-        "model": drafts.head("eagle3"),
-        "num_speculative_tokens": int(cfg.num_speculative_tokens),
-        **_verification(cfg),
-    }
+# EAGLE-3's drafter on a chain: on a CPU where every verified node costs a measurable part
+# of a step, a short chain can beat the dynamic tree (BENCHMARKS.md "A Zen 4 EPYC, fourth
+# session").
+register_method("eagle3_chain", needs_heads="eagle3")(_head_chain("eagle3"))
 
 
 # ----------------------------------------------------------------------------- knobs

@@ -86,8 +86,6 @@ def measure_verify_cost(
         args[T] = (graphdef, params, cache, tokens, positions)
         jax.block_until_ready(_forwards(*args[T], 1))  # compile outside the timing
 
-    # `calls` forwards in one program a timing: the host's dispatch is paid once per timing,
-    # not once per forward (it costs about a small model's forward).
     times = {T: [] for T in blocks}
     for r in range(repeats):
         order = list(blocks)
