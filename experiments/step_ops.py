@@ -7,8 +7,8 @@ imported), maps each profiled op to its `op_name` (`.../while/body/...`), and pr
 microseconds a step (profiled: read as shares) by component: the target's attention kernels
 (q/k/v, cache attention, o) and MLP kernels summed over layers, every other kernel call by its
 output shape (the LM head, a drafter's blocks and heads), and XLA's own ops by name. For
-autoregressive decoding and a trained drafter's chain (`--depth`, T=0, batch 1, one held-out
-prompt, `--new` tokens); `--heads` takes several head sets (name=dir) to compare.
+autoregressive decoding and a trained drafter's chain (`--depth`) or tree (`--tree`), T=0,
+batch 1, one held-out prompt, `--new` tokens; `--heads` takes several head sets (name=dir).
 
     cd experiments && python step_ops.py --target ../workdirs/qs/target \
         --heads own=../workdirs/qs/medusa
@@ -90,6 +90,9 @@ def main():
     ap.add_argument("--target", required=True)
     ap.add_argument("--heads", nargs="+", default=[], help="name=drafter_dir ...")
     ap.add_argument("--depth", type=int, default=4)
+    ap.add_argument(
+        "--tree", default=None, help="also each drafter on this draft_tree (e.g. medusa_k4_8)"
+    )
     ap.add_argument("--new", type=int, default=129)
     ap.add_argument("--top", type=int, default=8, help="XLA op kinds listed")
     args = ap.parse_args()
@@ -104,6 +107,12 @@ def main():
             "model": drafter,
             "num_speculative_tokens": args.depth,
         }
+        if args.tree:
+            settings[f"{name} tree {args.tree}"] = {
+                "method": drafter.config.method,
+                "model": drafter,
+                "draft_tree": args.tree,
+            }
     print("cpu:", build.cpu_description())
     print(
         f"T=0, batch 1, {len(prompts[0])}-token prompt, {args.new} new tokens; profiled us a step"

@@ -260,25 +260,30 @@ def _greedy_scan(amax, tokens, valid, parents):
     return c
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None)
-@given(st.integers(0, 2**31 - 1), st.integers(2, 40), st.sampled_from([2, 3, 5]))
-def test_greedy_walk_equals_the_scan_over_nodes(seed, num_nodes, vocab):
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(st.integers(0, 2**31 - 1))
+def test_greedy_walk_equals_the_scan_over_nodes(seed):
     """The vectorised greedy walk (scatter-min of matching children, Dmax descents) accepts
     exactly the node the sequential scan does, on random per-row trees with repeated sibling
-    tokens, invalid nodes and a small vocabulary (so most drafts match somewhere)."""
+    tokens, invalid nodes and a small vocabulary (so most drafts match somewhere).
+
+    One shape for every example (one compile): each row draws its own tree size (the nodes
+    past it invalid), vocabulary (2, 3 or 5 ids) and shape, and the walk's static depth bound
+    is the block's, above most rows' real depth."""
     rng = np.random.default_rng(seed)
-    rows = 6
+    rows, num_nodes, width = 24, 40, 5
     parents = np.full((rows, num_nodes), -1, np.int32)
     depth = np.zeros((rows, num_nodes), np.int32)
     for j in range(1, num_nodes):
         parents[:, j] = rng.integers(0, j, size=rows)
         depth[:, j] = depth[np.arange(rows), parents[:, j]] + 1
-    max_depth = int(depth.max())
-    amax = rng.integers(0, vocab, size=(rows, num_nodes))
-    tokens = rng.integers(0, vocab, size=(rows, num_nodes)).astype(np.int32)
-    valid = rng.random((rows, num_nodes)) < 0.8
+    vocab = rng.choice([2, 3, 5], size=(rows, 1))
+    amax = rng.integers(0, width, size=(rows, num_nodes)) % vocab
+    tokens = (rng.integers(0, width, size=(rows, num_nodes)) % vocab).astype(np.int32)
+    size = rng.integers(2, num_nodes + 1, size=(rows, 1))
+    valid = (rng.random((rows, num_nodes)) < 0.8) & (np.arange(num_nodes)[None, :] < size)
     topo = Topology(parents=jnp.asarray(parents), depth=jnp.asarray(depth))
-    shape = TreeShape(num_nodes, max_depth)
+    shape = TreeShape(num_nodes, num_nodes - 1)
     res = vf.verify(_peaked(amax), tokens, shape, "greedy", None, topology=topo, node_valid=valid)
     want = [_greedy_scan(amax[b], tokens[b], valid[b], parents[b]) for b in range(rows)]
     num = np.asarray(res.num_accepted)
@@ -288,6 +293,7 @@ def test_greedy_walk_equals_the_scan_over_nodes(seed, num_nodes, vocab):
     np.testing.assert_array_equal(
         np.asarray(res.tokens)[np.arange(rows), num], amax[np.arange(rows), want]
     )
+    assert max(depth[b, w] for b, w in enumerate(want)) >= 2  # some walks go deep
 
 
 # ------------------------------------------------------------------------ masking, NaNs
