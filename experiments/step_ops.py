@@ -33,6 +33,8 @@ import collections  # noqa: E402
 import gzip  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import jax  # noqa: E402
@@ -68,6 +70,11 @@ def component(name: str, op: str, shape: str) -> str:
 def step_ops(target, prompts, spec, new: int) -> tuple[collections.Counter, int]:
     run = lambda: sj.generate(target, prompts, new, stop_token_ids=[], speculative_config=spec)
     run()  # compile (and dump)
+    walls = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        out = run()
+        walls.append(time.perf_counter() - t0)
     with tempfile.TemporaryDirectory() as logdir:
         jax.profiler.start_trace(logdir)
         out = run()
@@ -82,7 +89,7 @@ def step_ops(target, prompts, spec, new: int) -> tuple[collections.Counter, int]
         op, shape = table.get(e["name"], ("", ""))
         if "/while/body/" in op:
             parts[component(e["name"], op, shape)] += e["dur"]
-    return parts, out.stats
+    return parts, out.stats, statistics.median(walls), len(events)
 
 
 def main():
@@ -112,17 +119,23 @@ def main():
                 "method": drafter.config.method,
                 "model": drafter,
                 "draft_tree": args.tree,
+                "num_speculative_tokens": args.depth,
             }
     print("cpu:", build.cpu_description())
     print(
         f"T=0, batch 1, {len(prompts[0])}-token prompt, {args.new} new tokens; profiled us a step"
     )
     for name, spec in settings.items():
-        parts, stats = step_ops(target, prompts, spec, args.new)
+        parts, stats, wall, n_events = step_ops(target, prompts, spec, args.new)
         steps = stats["steps"]
         total = sum(parts.values()) / steps
         tau = stats["mean_accepted_length"] or 1.0
-        print(f"\n{name}: {steps} steps, tau {tau:.2f}, {total:.0f} us a step inside the loop")
+        print(
+            f"\n{name}: {steps} steps, tau {tau:.2f}, {total:.0f} us a step inside the loop "
+            f"(profiled ops); whole call unprofiled {wall * 1e3:.1f} ms, "
+            f"{wall * 1e6 / steps:.0f} us a step with the prefill; {n_events / steps:.0f} "
+            "profiled ops a step"
+        )
         kernels = [(k, v) for k, v in parts.most_common() if k.startswith("kernel")]
         xla = [(k, v) for k, v in parts.most_common() if k.startswith("XLA")]
         for k, v in kernels:

@@ -35,6 +35,15 @@ LANES = 16  # output columns per panel (the kernel's `kLanes`)
 # "Few-row kernel"): the kernel is ahead up to about 256 rows (a batch-8 verify block of 17
 # nodes is 136) and behind from about 300. 64 before the AVX2 tiles were fixed.
 MAX_KERNEL_ROWS = 256
+# Rows up to which the matmul kernel uses its wide tiles (4 panels in flight on AVX-512, 2 on
+# AVX2); None: the build's own default (`kWideRows` in `packed_matmul.cc`). Read when a
+# program is traced, passed to the kernel as an attribute: experiments A/B tilings in one
+# process (`experiments/kernel_variants.py`).
+WIDE_ROWS: int | None = None
+
+
+def _tiling() -> dict:
+    return {"wide_rows": np.int64(-1 if WIDE_ROWS is None else WIDE_ROWS)}
 
 
 @struct.dataclass
@@ -132,7 +141,7 @@ def _kernel(x, w: PackedWeight, march: str = "native"):
     name = build.ffi_name("bfloat16" if w.dtype == jnp.bfloat16 else "float32", march)
     out = jax.ShapeDtypeStruct((G, T, w.n), jnp.float32)
     panels = w.panels.reshape(G, *w.panels.shape[-3:])
-    return jax.ffi.ffi_call(name, out, vmap_method="sequential")(x, panels)
+    return jax.ffi.ffi_call(name, out, vmap_method="sequential")(x, panels, **_tiling())
 
 
 def _xla(x, w: PackedWeight):
@@ -190,7 +199,7 @@ def matmul_many(x, ws) -> list:
     outs = [jax.ShapeDtypeStruct((1, R, w.n), jnp.float32) for w in ws]
     panels = [w.panels.reshape(1, *w.panels.shape[-3:]) for w in ws]
     ys = jax.ffi.ffi_call(build.many_ffi_name(dtype), outs, vmap_method="sequential")(
-        x.reshape(1, R, K).astype(jnp.float32), *panels
+        x.reshape(1, R, K).astype(jnp.float32), *panels, **_tiling()
     )
     return [y.reshape(*lead, w.n).astype(x.dtype) for y, w in zip(ys, ws, strict=True)]
 

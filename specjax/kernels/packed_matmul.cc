@@ -44,20 +44,22 @@ constexpr int kSub = kLanes / kVecLanes;  // vectors per panel row
 
 // Register tile: ROWS rows x COLS panels, ROWS * COLS * kSub accumulators. AVX-512 has 32
 // vector registers, AVX2 16, so the tile is smaller there.
-// Wider tiles (more panels in flight per k) for products of at most kWideRows rows, in
-// passes of at most kWideMaxRows. AVX-512: 4 panels x 5 rows = 20 accumulators; measured on
-// a Zen 5 EPYC (BENCHMARKS.md "Few-row kernel"), 1.06-1.37x faster than 2-panel tiles at 2-5
-// rows on weights streamed from memory (SmolLM2's 576 x 1536, 768 x 2048), 0.95x at 1-2 rows
-// on weights that stay in L3; above 5 rows the 8-row tile's FMAs per weight load win where
-// compute binds. (An earlier kernel measured wide tiles slower at 1-2 rows on a Xeon.) With
-// AVX2 a one-panel tile of 1-2 rows holds too few accumulators to hide the FMA latency, so
-// two panels are in flight (measured, same section).
+// Wider tiles (more panels in flight per k) for products of at most `wide_rows` rows (the
+// call's attribute; kWideRows by default), in passes of at most kWideMaxRows. AVX-512: 4
+// panels x up to 6 rows = 24 accumulators. Measured on a Zen 5 EPYC (BENCHMARKS.md "Few-row
+// kernel"), 1.06-1.37x faster than 2-panel tiles at 2-5 rows on weights streamed from memory
+// (SmolLM2's 576 x 1536, 768 x 2048), 0.95x at 1-2 rows on weights that stay in L3. On a
+// Zen 4 (one 512-bit FMA a cycle), passes of up to 6 rows took 6-12 rows at 0.68-0.91x the
+// 8-row x 2-panel tile's time on both the quickstart's and SmolLM2's MLP shapes (same
+// section, 2026-12-07), so they now run to 12 rows. With AVX2 a one-panel tile of 1-2 rows
+// holds too few accumulators to hide the FMA latency, so two panels are in flight (measured,
+// same section).
 #if defined(__AVX512F__)
 constexpr int kRows = 8;
 constexpr int kCols = 2;
 constexpr int kWideCols = 4;
-constexpr int kWideRows = 5;
-constexpr int kWideMaxRows = 5;  // 20 accumulators + 4 weight vectors + 1 broadcast of 32
+constexpr int kWideRows = 12;
+constexpr int kWideMaxRows = 6;  // 24 accumulators + 4 weight vectors + 1 broadcast of 32
 #else
 constexpr int kRows = 6;  // 12 accumulators + 2 weight vectors + 1 broadcast of 16 ymm
 constexpr int kCols = 1;
@@ -198,7 +200,7 @@ struct Job {
 // Checks the shapes of one product and describes its work; K == 0 writes zeros here.
 ffi::Error make_job(const float* x, const void* w, bool bf16, ffi::Span<const int64_t> xd,
                     ffi::Span<const int64_t> wd, float* y, ffi::Span<const int64_t> yd,
-                    Job& job) {
+                    int64_t wide_rows, Job& job) {
   if (xd.size() != 3 || wd.size() != 4 || yd.size() != 3) {
     return ffi::Error::InvalidArgument("packed_matmul: expected x[G,T,K], w[G,NB,K,16], y[G,T,N]");
   }
@@ -208,7 +210,7 @@ ffi::Error make_job(const float* x, const void* w, bool bf16, ffi::Span<const in
     return ffi::Error::InvalidArgument("packed_matmul: x, w and y shapes disagree");
   }
   job.p = Problem{x, w, y, G, T, K, N, NB, bf16};
-  job.cols = T <= kWideRows ? kWideCols : kCols;
+  job.cols = T <= (wide_rows < 0 ? kWideRows : wide_rows) ? kWideCols : kCols;
   job.groups_per_matrix = (NB + job.cols - 1) / job.cols;
   job.items = (G == 0 || T == 0 || N == 0 || K == 0) ? 0 : G * job.groups_per_matrix;
   if (K == 0) std::fill(y, y + G * T * N, 0.0f);
@@ -240,10 +242,11 @@ void run_jobs(ffi::ThreadPool& pool, const Job* jobs, int64_t count) {
 // One product y = x @ W (weights float32 or bfloat16).
 template <ffi::DataType WT>
 ffi::Error PackedMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<WT> w,
-                        ffi::ResultBuffer<ffi::F32> y) {
+                        ffi::ResultBuffer<ffi::F32> y, int64_t wide_rows) {
   Job job;
-  ffi::Error err = make_job(x.typed_data(), w.untyped_data(), WT == ffi::DataType::BF16,
-                            x.dimensions(), w.dimensions(), y->typed_data(), y->dimensions(), job);
+  ffi::Error err =
+      make_job(x.typed_data(), w.untyped_data(), WT == ffi::DataType::BF16, x.dimensions(),
+               w.dimensions(), y->typed_data(), y->dimensions(), wide_rows, job);
   if (err.failure()) return err;
   run_jobs(pool, &job, 1);
   return ffi::Error::Success();
@@ -255,7 +258,7 @@ constexpr int64_t kMaxMany = 8;
 
 template <ffi::DataType WT>
 ffi::Error PackedMatmulMany(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
-                            ffi::RemainingArgs ws, ffi::RemainingRets ys) {
+                            ffi::RemainingArgs ws, ffi::RemainingRets ys, int64_t wide_rows) {
   const int64_t count = static_cast<int64_t>(ws.size());
   if (count != static_cast<int64_t>(ys.size()) || count < 1 || count > kMaxMany) {
     return ffi::Error::InvalidArgument("packed_matmul_many: 1-8 weights, one output each");
@@ -268,7 +271,7 @@ ffi::Error PackedMatmulMany(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
     if (y.has_error()) return y.error();
     ffi::Error err = make_job(x.typed_data(), w->untyped_data(), WT == ffi::DataType::BF16,
                               x.dimensions(), w->dimensions(), (*y)->typed_data(),
-                              (*y)->dimensions(), jobs[i]);
+                              (*y)->dimensions(), wide_rows, jobs[i]);
     if (err.failure()) return err;
   }
   run_jobs(pool, jobs, count);
@@ -282,25 +285,29 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxPackedMatmulF32, PackedMatmul<ffi::DataType
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int64_t>("wide_rows"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxPackedMatmulBF16, PackedMatmul<ffi::DataType::BF16>,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::BF16>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int64_t>("wide_rows"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxPackedMatmulManyF32, PackedMatmulMany<ffi::DataType::F32>,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .RemainingArgs()
-                                  .RemainingRets());
+                                  .RemainingRets()
+                                  .Attr<int64_t>("wide_rows"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxPackedMatmulManyBF16, PackedMatmulMany<ffi::DataType::BF16>,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .RemainingArgs()
-                                  .RemainingRets());
+                                  .RemainingRets()
+                                  .Attr<int64_t>("wide_rows"));
