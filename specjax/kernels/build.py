@@ -32,13 +32,6 @@ TARGETS = {"float32": "SpecjaxPackedMatmulF32", "bfloat16": "SpecjaxPackedMatmul
 MANY_TARGETS = {"float32": "SpecjaxPackedMatmulManyF32", "bfloat16": "SpecjaxPackedMatmulManyBF16"}
 ATTENTION = "SpecjaxCacheAttention"
 FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-w")
-# Extra compiler flags, for experiments that build a variant of the kernels (e.g. `-DNAME=1`);
-# part of the library's key, so each variant is its own cached file.
-EXTRA_FLAGS_ENV = "SPECJAX_KERNEL_CFLAGS"
-
-
-def _flags() -> tuple[str, ...]:
-    return (*FLAGS, *os.environ.get(EXTRA_FLAGS_ENV, "").split())
 
 
 def _march_suffix(march: str) -> str:
@@ -125,7 +118,7 @@ def library_key(compiler: str, march: str = "native") -> str:
     except (OSError, subprocess.SubprocessError):
         version = []
     code = [f.read_bytes().decode() for f in (*SOURCES, *HEADERS)]
-    parts = [*code, jaxlib.__version__, *_flags(), march, model, *flags]
+    parts = [*code, jaxlib.__version__, *FLAGS, march, model, *flags]
     return hashlib.sha256("\n".join([*parts, *version]).encode()).hexdigest()[:16]
 
 
@@ -137,7 +130,7 @@ def _compile(compiler: str, out: Path, march: str) -> None:
         tmp_out = Path(tmp) / out.name
         include = f"-I{jax.ffi.include_dir()}"
         sources = [str(f) for f in SOURCES]
-        cmd = [compiler, *_flags(), f"-march={march}", include, *sources, "-o", str(tmp_out)]
+        cmd = [compiler, *FLAGS, f"-march={march}", include, *sources, "-o", str(tmp_out)]
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{result.stderr[-2000:]}")
