@@ -46,12 +46,13 @@ constexpr int kSub = kLanes / kVecLanes;  // vectors per panel row
 // vector registers, AVX2 16, so the tile is smaller there.
 // Wider tiles (more panels in flight per k) for products of at most `wide_rows` rows (the
 // call's attribute; kWideRows by default), in passes of at most kWideMaxRows. AVX-512: 4
-// panels x up to 6 rows = 24 accumulators. Measured on a Zen 5 EPYC (BENCHMARKS.md "Few-row
+// panels x up to 6 rows = 24 accumulators, and 3 panels x 7-8 rows. Measured on a Zen 5 EPYC (BENCHMARKS.md "Few-row
 // kernel"), 1.06-1.37x faster than 2-panel tiles at 2-5 rows on weights streamed from memory
 // (SmolLM2's 576 x 1536, 768 x 2048), 0.95x at 1-2 rows on weights that stay in L3. On a
 // Zen 4 (one 512-bit FMA a cycle), passes of up to 6 rows took 6-12 rows at 0.68-0.91x the
-// 8-row x 2-panel tile's time on both the quickstart's and SmolLM2's MLP shapes (same
-// section, 2026-12-07), so they now run to 12 rows. With AVX2 a one-panel tile of 1-2 rows
+// 8-row x 2-panel tile's time on both the quickstart's and SmolLM2's MLP shapes, and 7-8 rows
+// in one pass of 3 panels (24 accumulators) 0.85-0.93x the two passes of 4 (same section,
+// 2026-12-07), so the wider tiles now run to 12 rows. With AVX2 a one-panel tile of 1-2 rows
 // holds too few accumulators to hide the FMA latency, so two panels are in flight (measured,
 // same section).
 #if defined(__AVX512F__)
@@ -60,12 +61,16 @@ constexpr int kCols = 2;
 constexpr int kWideCols = 4;
 constexpr int kWideRows = 12;
 constexpr int kWideMaxRows = 6;  // 24 accumulators + 4 weight vectors + 1 broadcast of 32
+constexpr int kMidCols = 3;  // 7-8 rows: one pass of 3 panels, not two of 4
+constexpr int kMidMaxRows = 8;  // 24 accumulators + 3 weight vectors + 1 broadcast
 #else
 constexpr int kRows = 6;  // 12 accumulators + 2 weight vectors + 1 broadcast of 16 ymm
 constexpr int kCols = 1;
 constexpr int kWideCols = 2;
 constexpr int kWideRows = 2;  // one panel's 2 accumulators a row are FMA-latency bound
 constexpr int kWideMaxRows = 2;
+constexpr int kMidCols = 0;  // none
+constexpr int kMidMaxRows = 0;
 #endif
 
 // bfloat16 is the top half of a float32: widen by shifting into the high 16 bits.
@@ -157,7 +162,8 @@ void tile_of(const Problem& p, int64_t g, int64_t nb, int64_t r0, int64_t R) {
 // as a full one.
 template <typename W, int C>
 void column_group(const Problem& p, int64_t g, int64_t nb) {
-  const int64_t max_rows = C == kWideCols ? kWideMaxRows : kRows;
+  const int64_t max_rows =
+      C == kWideCols ? kWideMaxRows : (C == kMidCols && kMidCols > 1 ? kMidMaxRows : kRows);
   const int64_t passes = (p.T + max_rows - 1) / max_rows;
   const int64_t base = p.T / passes, extra = p.T % passes;  // the first `extra` get base + 1
   int64_t r0 = 0;
@@ -176,6 +182,8 @@ void run_item(const Problem& p, int64_t item, int64_t groups_per_matrix, int col
   if (nb + cols <= p.NB) {
     if (cols == kWideCols) {
       column_group<W, kWideCols>(p, g, nb);
+    } else if (kMidCols > 1 && cols == kMidCols) {
+      column_group<W, (kMidCols > 1 ? kMidCols : kCols)>(p, g, nb);
     } else {
       column_group<W, kCols>(p, g, nb);
     }
@@ -210,7 +218,13 @@ ffi::Error make_job(const float* x, const void* w, bool bf16, ffi::Span<const in
     return ffi::Error::InvalidArgument("packed_matmul: x, w and y shapes disagree");
   }
   job.p = Problem{x, w, y, G, T, K, N, NB, bf16};
-  job.cols = T <= (wide_rows < 0 ? kWideRows : wide_rows) ? kWideCols : kCols;
+  if (T > (wide_rows < 0 ? kWideRows : wide_rows)) {
+    job.cols = kCols;
+  } else if (kMidCols > 1 && T > kWideMaxRows && T <= kMidMaxRows) {
+    job.cols = kMidCols;  // 7-8 rows in one pass of 3 panels, not two of 4
+  } else {
+    job.cols = kWideCols;
+  }
   job.groups_per_matrix = (NB + job.cols - 1) / job.cols;
   job.items = (G == 0 || T == 0 || N == 0 || K == 0) ? 0 : G * job.groups_per_matrix;
   if (K == 0) std::fill(y, y + G * T * N, 0.0f);

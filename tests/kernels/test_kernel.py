@@ -37,18 +37,21 @@ def test_kernel_matches_float64_for_every_row_count(K, N, rng):
 
 
 @pytest.mark.parametrize("wide_rows", [0, 64])
-def test_either_tiling_matches_float64(wide_rows, rng, monkeypatch):
+@pytest.mark.parametrize("N", [130, 120])
+def test_either_tiling_matches_float64(wide_rows, N, rng, monkeypatch):
     """The tiling is the call's attribute (`kernels.WIDE_ROWS`): narrow tiles for every row
-    count (0), and wide ones in passes for every row count (64), on the build here and on
-    the AVX2 build, against float64."""
+    count (0), and the wider ones (4 panels in passes, 3 panels at 7-8 rows on AVX-512) for
+    every row count (64), on the build here and on the AVX2 build, against float64. N = 130
+    is 9 panels (the last 2 columns wide), 120 is 8 (8 columns): groups of 3 and 4 panels
+    with and without single panels left over."""
     monkeypatch.setattr(kernels, "WIDE_ROWS", wide_rows)
-    K, N = 96, 130  # N: 8 panels and a tail of 2 columns, so wide groups and single panels
+    K = 96
     w = rng.standard_normal((2, K, N)).astype(np.float32)
     pw = kernels.pack(w)
     for march in ("native", "haswell"):
         assert build.load(march) is not None
         f = jax.jit(lambda a, b, m=march: kernels._kernel(a, b, march=m))  # traced here, now
-        for T in (1, 2, 5, 6, 7, 9, 12, 13, 17, 32):
+        for T in (1, 2, 5, 6, 7, 8, 9, 12, 13, 17, 32):
             x = rng.standard_normal((2, T, K)).astype(np.float32)
             ref = np.einsum("gtk,gkn->gtn", x.astype(np.float64), w.astype(np.float64))
             assert _rel_err(f(x, pw), ref) < 1e-5, (march, T)
