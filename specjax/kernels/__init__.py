@@ -35,10 +35,11 @@ LANES = 16  # output columns per panel (the kernel's `kLanes`)
 # "Few-row kernel"): the kernel is ahead up to about 256 rows (a batch-8 verify block of 17
 # nodes is 136) and behind from about 300. 64 before the AVX2 tiles were fixed.
 MAX_KERNEL_ROWS = 256
-# Rows up to which the matmul kernel uses its wide tiles (4 panels in flight on AVX-512, 2 on
-# AVX2); None: the build's own default (`kWideRows` in `packed_matmul.cc`). Read when a
-# program is traced, passed to the kernel as an attribute: experiments A/B tilings in one
-# process (`experiments/kernel_variants.py`).
+# Rows up to which the matmul kernel uses its wider tiles (3-4 panels in flight on AVX-512, 2
+# on AVX2; narrower above); None: the build's own default (`kWideRows` in `packed_matmul.cc`:
+# every row count on AVX-512, 2 rows on AVX2). Read when a program is traced and passed to
+# the kernel as an attribute, so experiments A/B tilings in one process
+# (`experiments/kernel_variants.py`).
 WIDE_ROWS: int | None = None
 
 

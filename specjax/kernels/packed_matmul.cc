@@ -45,21 +45,23 @@ constexpr int kSub = kLanes / kVecLanes;  // vectors per panel row
 // Register tile: ROWS rows x COLS panels, ROWS * COLS * kSub accumulators. AVX-512 has 32
 // vector registers, AVX2 16, so the tile is smaller there.
 // Wider tiles (more panels in flight per k) for products of at most `wide_rows` rows (the
-// call's attribute; kWideRows by default), in passes of at most kWideMaxRows. AVX-512: 4
-// panels x up to 6 rows = 24 accumulators, and 3 panels x 7-8 rows. Measured on a Zen 5 EPYC (BENCHMARKS.md "Few-row
-// kernel"), 1.06-1.37x faster than 2-panel tiles at 2-5 rows on weights streamed from memory
-// (SmolLM2's 576 x 1536, 768 x 2048), 0.95x at 1-2 rows on weights that stay in L3. On a
-// Zen 4 (one 512-bit FMA a cycle), passes of up to 6 rows took 6-12 rows at 0.68-0.91x the
-// 8-row x 2-panel tile's time on both the quickstart's and SmolLM2's MLP shapes, and 7-8 rows
-// in one pass of 3 panels (24 accumulators) 0.85-0.93x the two passes of 4 (same section,
-// 2026-12-07), so the wider tiles now run to 12 rows. With AVX2 a one-panel tile of 1-2 rows
-// holds too few accumulators to hide the FMA latency, so two panels are in flight (measured,
-// same section).
+// call's attribute; kWideRows by default). AVX-512: 4 panels in passes of up to 6 rows (24
+// accumulators) for 1-6 and 9-12 rows, 3 panels in passes of up to 8 (also 24) for 7-8 and
+// 13 or more; the 2-panel x 8-row tile only where the attribute asks for it (A/B runs).
+// Measured on a Zen 5 EPYC (BENCHMARKS.md "Few-row kernel"), 4 panels were 1.06-1.37x faster
+// than 2 at 2-5 rows on weights streamed from memory (SmolLM2's 576 x 1536, 768 x 2048),
+// 0.95x at 1-2 rows on weights that stay in L3. On a Zen 4 (one 512-bit FMA a cycle; same
+// section, 2026-12-07), against the 2-panel tile: 6 rows 0.69x, 9-12 rows 0.77-0.85x, one
+// pass of 3 panels at 7-8 rows 0.85-0.93x the two passes of 4, and 3 panels at 13-40 rows
+// 0.91-0.96x the 2-panel tile on the quickstart's MLP shape (0.82-0.89x on SmolLM2's), where
+// at 9-12 rows they were 1.08-1.10x the 4-panel passes. With AVX2 a one-panel tile of 1-2
+// rows holds too few accumulators to hide the FMA latency, so two panels are in flight
+// (measured, same section).
 #if defined(__AVX512F__)
 constexpr int kRows = 8;
 constexpr int kCols = 2;
 constexpr int kWideCols = 4;
-constexpr int kWideRows = 12;
+constexpr int kWideRows = 1 << 30;  // every row count (a call's attribute may lower it)
 constexpr int kWideMaxRows = 6;  // 24 accumulators + 4 weight vectors + 1 broadcast of 32
 constexpr int kMidCols = 3;  // 7-8 rows: one pass of 3 panels, not two of 4
 constexpr int kMidMaxRows = 8;  // 24 accumulators + 3 weight vectors + 1 broadcast
@@ -220,10 +222,10 @@ ffi::Error make_job(const float* x, const void* w, bool bf16, ffi::Span<const in
   job.p = Problem{x, w, y, G, T, K, N, NB, bf16};
   if (T > (wide_rows < 0 ? kWideRows : wide_rows)) {
     job.cols = kCols;
-  } else if (kMidCols > 1 && T > kWideMaxRows && T <= kMidMaxRows) {
-    job.cols = kMidCols;  // 7-8 rows in one pass of 3 panels, not two of 4
+  } else if (kMidCols > 1 && T > kWideMaxRows && (T <= kMidMaxRows || T > 2 * kWideMaxRows)) {
+    job.cols = kMidCols;  // 7-8 rows in one pass of 3 panels; 13+ in passes of up to 8
   } else {
-    job.cols = kWideCols;
+    job.cols = kWideCols;  // up to 6 rows in one pass of 4 panels, 9-12 in two
   }
   job.groups_per_matrix = (NB + job.cols - 1) / job.cols;
   job.items = (G == 0 || T == 0 || N == 0 || K == 0) ? 0 : G * job.groups_per_matrix;
