@@ -137,7 +137,9 @@ def engine(args, variants) -> None:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engine", nargs=2, metavar=("TARGET", "HEADS"), default=None)
-    ap.add_argument("--variant", nargs="+", required=True, help='name="[compiler flags] [wide_rows=N]" ...')
+    ap.add_argument(
+        "--variant", nargs="+", required=True, help='name="[compiler flags] [wide_rows=N]" ...'
+    )
     ap.add_argument("--shape", type=int, nargs=2, default=[384, 1024], metavar=("K", "N"))
     ap.add_argument("--matrices", type=int, default=18)
     ap.add_argument("--T", type=int, nargs="+", default=[1, 2, 3, 5, 6, 8, 9, 12, 16])
