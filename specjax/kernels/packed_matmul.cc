@@ -158,14 +158,18 @@ void tile_of(const Problem& p, int64_t g, int64_t nb, int64_t r0, int64_t R) {
   }
 }
 
+// Rows one pass of a C-panel tile takes (its accumulators fill the registers).
+constexpr int64_t max_pass_rows(int C) {
+  return C == kWideCols ? kWideMaxRows : (C == kMidCols ? kMidMaxRows : kRows);
+}
+
 // All rows of panels [nb, nb + C) in ceil(T / max rows) passes of balanced height (T = 8 on
 // AVX2 is 4 + 4 rows, not 6 + 2): a pass of R rows issues 2R FMAs a k, and below 4 rows too
 // few are in flight to hide the FMA latency, so a short remainder pass costs about as much
 // as a full one.
 template <typename W, int C>
 void column_group(const Problem& p, int64_t g, int64_t nb) {
-  const int64_t max_rows =
-      C == kWideCols ? kWideMaxRows : (C == kMidCols && kMidCols > 1 ? kMidMaxRows : kRows);
+  const int64_t max_rows = max_pass_rows(C);
   const int64_t passes = (p.T + max_rows - 1) / max_rows;
   const int64_t base = p.T / passes, extra = p.T % passes;  // the first `extra` get base + 1
   int64_t r0 = 0;
