@@ -216,6 +216,31 @@ def test_auto_verification_and_sampled_drafts(target, heads, prompts):
     np.testing.assert_array_equal(q[:, 0], q[:, 2])
 
 
+@pytest.mark.parametrize("k,tree", [(4, None), (3, "topk_3x2")], ids=["chain4", "topk_3x2"])
+def test_a_draft_vocabulary_ranks_as_the_whole_vocabulary_does(target, prompts, k, tree):
+    """Greedy drafts of truncated heads are ranked over the draft ids and mapped to target ids
+    after; they must be the top-k of the [B, K, V] logits (-inf outside the map) that the
+    heads' `__call__` returns, node for node, on a block with repeated logits (ties)."""
+    token_map = np.array([0, 1, 2, 4, 5, 8, 11, 13, 19, 23, 29, 31])
+    heads = noisy_heads(target, token_map=token_map)
+    w = np.array(heads.lm_head[...])  # [K, D, Vd] or [D, Vd]: two draft ids tie everywhere
+    w[..., 3] = w[..., 2]
+    heads.lm_head[...] = jnp.asarray(w)
+    cfg = _medusa(heads, k, **({"draft_tree": tree} if tree else {}))
+    _, _, static, params, args = engine._setup(target, prompts, MAX_NEW, None, [], cfg, None)
+    state = engine._prefill_jit(static, params, *args)
+    view = StepInput(state.proposer, state.last, state.cache.lengths, ~state.done)
+    module = nnx.merge(static.graphdef, params[0])
+    key = jax.random.split(jax.random.key(0), len(prompts))
+    draft = static.spec.proposer.propose(static.context, module, params[1], view, key)[0]
+    t = static.spec.proposer.tree
+    logits = heads(state.proposer.hidden, k)  # [B, K, V]
+    _, top = jax.lax.top_k(logits, int(t.rank.max()) + 1)
+    expected = np.asarray(top)[:, np.maximum(t.depth[1:] - 1, 0), t.rank[1:]]
+    np.testing.assert_array_equal(np.asarray(draft.tokens)[:, 1:], expected)
+    assert np.isin(expected, token_map).all()
+
+
 def test_a_draft_vocabulary_drafts_only_its_ids_and_stays_lossless(target, prompts, reference):
     """Heads over 12 of the 32 ids (vLLM's token_map): greedy output still equals plain
     greedy decoding (chain and sparse tree), every drafted token is in the map, and sampled

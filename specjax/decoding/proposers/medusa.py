@@ -35,6 +35,14 @@ from specjax.decoding.trees import Tree
 from specjax.heads import MedusaHeads, check_heads_fit
 
 
+def _top(logits, width: int):
+    """[..., V] -> [..., width] int32 ids of the `width` largest, ties to the lower id (a
+    reduction, not a sort, for one)."""
+    if width == 1:
+        return jnp.argmax(logits, axis=-1, keepdims=True).astype(jnp.int32)
+    return jax.lax.top_k(logits, width)[1].astype(jnp.int32)
+
+
 @struct.dataclass
 class MedusaState:
     hidden: jax.Array  # [B, D] target's last_hidden at the last committed token
@@ -93,10 +101,20 @@ class MedusaProposer:
 
     def propose(self, ctx: Context, target, params, step: StepInput, key):
         heads: MedusaHeads = nnx.merge(self.graphdef, params)
-        logits = heads(step.pstate.hidden, self.num_heads)  # [B, K, V]
         tree = self.tree
         head = np.maximum(tree.depth[1:] - 1, 0)  # [P] node j's head: depth - 1
         probs = None
+        width = int(tree.rank.max()) + 1
+        if not self.sampled and heads.config.truncated and width <= heads.config.draft_vocab_size:
+            # Ranked over the draft vocabulary itself, mapped to target ids after: the same
+            # tokens as ranking the [B, K, V] logits (-inf outside it; token_map increases,
+            # so ties still go to the lower id) without building them.
+            logits = heads.draft_logits(step.pstate.hidden, self.num_heads)  # [B, K, Vd]
+            top = _top(logits, width)
+            drafts = heads.token_map[...][top[:, head, tree.rank[1:]]]  # [B, P]
+            tokens = jnp.concatenate([step.root[:, None], drafts], axis=1)  # [B, P+1]
+            return Draft(tokens=tokens, valid=jnp.ones(tokens.shape, bool)), step.pstate
+        logits = heads(step.pstate.hidden, self.num_heads)  # [B, K, V]
         if self.sampled:
             logq = sp.processed_logprobs(logits, ctx.sampling)[:, head]  # [B, P, V]
             nodes = jnp.arange(1, tree.num_nodes)  # [P] keys fold in the node id
@@ -107,9 +125,7 @@ class MedusaProposer:
             q = jnp.exp(logq)  # [B, P, V] the law each node was drawn from
             probs = jnp.concatenate([jnp.zeros_like(q[:, :1]), q], axis=1)  # [B, P+1, V]
         else:
-            width = int(tree.rank.max()) + 1
-            _, top = jax.lax.top_k(logits, width)  # [B, K, width]; ties keep the lower id first
-            drafts = top[:, head, tree.rank[1:]].astype(jnp.int32)  # [B, P]
+            drafts = _top(logits, width)[:, head, tree.rank[1:]]  # [B, P]
         tokens = jnp.concatenate([step.root[:, None], drafts], axis=1)  # [B, P+1]
         valid = jnp.ones(tokens.shape, bool)
         return Draft(tokens=tokens, valid=valid, probs=probs), step.pstate
