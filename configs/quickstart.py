@@ -28,8 +28,11 @@ min wall in all, pip included):
   3 Medusa-1 heads              2 min     1.8 min    self-distillation (256 + 16 rows, shared),
                                                      features stored once, 150 steps; one
                                                      shared LM head over 512 ids and 400
-                                                     steps since 2026-12-06
-  4 EAGLE-3 drafter             2 min     1.7 min    taps stored once, 120 steps, 3-step TTT
+                                                     steps since 2026-12-06; 512 rows, two
+                                                     blocks, 1200 steps since 2026-12-07
+                                                     (2.0 min)
+  4 EAGLE-3 drafter             2 min     1.7 min    taps stored once, 120 steps, 3-step TTT;
+                                                     240 steps since 2026-12-07 (2.1-2.2 min)
   5 benchmark + decode timing   7 min     6.3 min    6 methods x batch {1, 8} x T {0, 1}, one
                                                      AR baseline per cell, 3 prompts a category
                                                      x 3 repeats; tau vs N at N = 1, 2, 4
@@ -44,7 +47,10 @@ min wall in all, pip included):
   512 ids, its 6-node dynamic tree and eagle3_chain (13.8 min on a slower day): medusa_chain
   1.35x, ngram 1.31x, eagle3_chain 2.66, 1.04x; eagle3 2.86, 0.85x. With 400 Medusa steps
   (15.5 min on a slow day): medusa_chain 2.70, 1.58x; medusa 3.07, 1.21x; ngram 1.29x;
-  eagle3_chain 1.05x; eagle3 0.97x.
+  eagle3_chain 1.05x; eagle3 0.97x. With the heads of 2026-12-07 (15.8-15.9 min, BENCHMARKS.md
+  "A Zen 4 EPYC, sixth session"): medusa_chain 3.41-3.53, 1.62-1.90x; medusa 3.71-3.74,
+  1.33-1.70x; eagle3_chain 3.10, 1.21-1.36x; eagle3 3.47, 1.11-1.30x; at batch 8
+  medusa_chain 0.81-1.00x.
   tiny     ~1.5 min wall. 2x64 target and 1x32 draft, 120 steps each on the synthetic
            pair-cycle corpus (`specjax.data.pair_cycle_records`, which a tiny target learns
            and then continues deterministically), tiny heads (60 steps), 8 prompts of 16
@@ -90,10 +96,17 @@ def get_config(arg=None):
     # steps at tau 2.91 -> 2.80, whole call 1.30x -> 1.49x (experiments/heads_ab.py,
     # BENCHMARKS.md "A Zen 4 EPYC, fourth session").
     config.medusa.heads.update(shared_lm_head=True, draft_vocab_size=512)
-    # Such heads train in a third of the time, so they get 400 steps (was 150): held-out
+    # Such heads train in a third of the time, so they got 400 steps (was 150): held-out
     # top-1 .726 / .680 / .656 / .616 -> .766 / .728 / .696 / .633, chain tau 2.80 -> 2.91,
-    # about 0.6 min more (BENCHMARKS.md "A Zen 4 EPYC, fourth session").
-    config.medusa.train.update(num_steps=400, eval_every=200, checkpoint_every=200)
+    # about 0.6 min more (BENCHMARKS.md "A Zen 4 EPYC, fourth session"). Then twice the rows
+    # (256 prompts a category), a second residual block and 1200 steps at 5e-3: held-out
+    # top-1 -> .87 / .81 / .78 / .74, chain-4 tau on 24 held-out prompts 3.09 -> 3.57 (one
+    # block at 3e-3: 3.33; 1024 rows and 2000 steps at 3e-3: 3.61, two minutes more); the
+    # block adds 4 x 384 x 384 weights a step (experiments/LOG.md 2026-12-07 (2)).
+    config.medusa.data.num_prompts = 256
+    config.medusa.heads.num_layers = 2
+    config.medusa.train.update(num_steps=1200, learning_rate=5e-3, eval_every=600,
+                               checkpoint_every=600)  # fmt: skip
     # EAGLE-3 on the same self-distilled rows (cached by the first trainer), its three layer
     # taps stored once; a shorter training-time-test unroll than the paper's 7.
     config.eagle3 = train_eagle.get_config()
@@ -103,6 +116,12 @@ def get_config(arg=None):
     # 2.00 AR steps; BENCHMARKS.md "A Zen 4 EPYC, fourth session").
     config.eagle3.head.draft_vocab_size = 512
     config.eagle3.train.update(num_steps=120, eval_every=60, checkpoint_every=60)
+    # The same 512 rows as the heads (one self-distillation), 240 steps at 3e-3: held-out top-1
+    # .755 / .754 / .714 -> .82 / .81 / .80, tau on 24 held-out prompts chain 3 2.70 -> 2.91,
+    # the (4, 2, 6) dynamic tree 3.26 -> 3.67 (experiments/LOG.md 2026-12-07 (2)).
+    config.eagle3.data.num_prompts = config.medusa.data.get_ref("num_prompts")
+    config.eagle3.train.update(num_steps=240, learning_rate=3e-3, eval_every=120,
+                               checkpoint_every=120)  # fmt: skip
     config.bench = bench_default_config()
     # Every registered method whose draft the quickstart trains (EAGLE-1's drafter is not:
     # eagle1 / eagle2 need `configs/train_eagle.py` run apart); the autoregressive baseline

@@ -104,6 +104,15 @@ def test_quickstart_default_target_costs_more_than_draft():
     assert config.target.data.eval_fraction == config.bench.data.eval_fraction
 
 
+def test_quickstart_heads_share_one_self_distillation():
+    """Medusa's heads and the EAGLE-3 drafter read the same rows (one distillation pays for
+    both), also when the row count is overridden on the heads' side."""
+    for extra in ((), ("--config.medusa.data.num_prompts=32",)):
+        config = parse("--config=configs/quickstart.py", *extra)
+        assert config.medusa.data.to_dict() == config.eagle3.data.to_dict()
+        assert config.eagle3.data.num_prompts == (32 if extra else 256)
+
+
 def test_trainers_run_on_one_device_unless_the_mesh_says_otherwise():
     quickstart = parse("--config=configs/quickstart.py:tiny")
     trainers = [
