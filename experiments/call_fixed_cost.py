@@ -5,7 +5,9 @@ verify curve predicts is the steady state. This times, per round and alternating
 programs, a 1-token call (the prefill, the first token, the host work) and a `--new`-token
 call of autoregressive decoding and of a trained drafter's method (Medusa chain or EAGLE
 chain of `--depth`, T=0, batch 1, one held-out prompt), and prints the medians: the fixed
-part, the whole call, the steady-state step ((long - short) / steps) and both ratios.
+part, the whole call, the steady-state step ((long - short) / steps) and both ratios, and
+the host's own share of the fixed part (`engine._setup`: validation, prompt buffers, keys,
+the packed weights' cache check) timed alone.
 
     python experiments/call_fixed_cost.py --target workdirs/qs/target --drafter workdirs/qs/medusa
 """
@@ -19,6 +21,7 @@ import time
 from decode_step_profile import held_out
 
 import specjax as sj
+from specjax.decoding import engine
 from specjax.kernels import build
 
 
@@ -50,18 +53,25 @@ def main():
 
     for spec in specs.values():  # compile both lengths
         call(spec, 1), call(spec, args.new)
+
+    def setup(spec):
+        t = time.perf_counter()
+        engine._setup(target, prompts, 1, None, [], spec, None)
+        return time.perf_counter() - t
+
     runs = {name: [] for name in specs}
     for _ in range(args.rounds):
         for name, spec in specs.items():
             short = call(spec, 1)[0]
             long, steps = call(spec, args.new)
-            runs[name].append((1e3 * short, 1e3 * long, 1e3 * (long - short) / steps))
-    med = {k: [statistics.median(r[i] for r in v) for i in range(3)] for k, v in runs.items()}
+            host = setup(spec)
+            runs[name].append((1e3 * short, 1e3 * long, 1e3 * (long - short) / steps, 1e3 * host))
+    med = {k: [statistics.median(r[i] for r in v) for i in range(4)] for k, v in runs.items()}
     print("cpu:", build.cpu_description())
     print(f"prompt {len(prompts[0])} tokens, {args.new} new, median of {args.rounds} rounds")
-    for name, (short, long, step) in med.items():
-        print(f"{name}: 1-token call {short:.1f} ms, {args.new}-token call {long:.1f} ms, "
-              f"step {step:.3f} ms")  # fmt: skip
+    for name, (short, long, step, host) in med.items():
+        print(f"{name}: 1-token call {short:.1f} ms (host set-up {host:.1f}), {args.new}-token "
+              f"call {long:.1f} ms, step {step:.3f} ms")  # fmt: skip
     ar, spec = med["autoregressive"], med[next(k for k in med if k != "autoregressive")]
     print(f"whole-call speedup {ar[1] / spec[1]:.2f}x; a step costs {spec[2] / ar[2]:.2f} AR steps")
 

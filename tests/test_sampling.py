@@ -241,6 +241,13 @@ def test_row_streams_do_not_depend_on_batch():
         ref = jax.random.fold_in(jax.random.key(seed), i)
         np.testing.assert_array_equal(key_bits(keys[i]), key_bits(ref))
 
+    for s in (0, 2**31, 2**32 - 1):  # every seed the API takes, as the eager key makes it
+        for i, k in enumerate(row_keys(s, 3)):
+            ref = jax.random.fold_in(jax.random.key(s), i)
+            np.testing.assert_array_equal(key_bits(k), key_bits(ref))
+    with pytest.raises(ValueError, match=re.escape("row_keys.seed=-1")):
+        row_keys(-1, 2)
+
     params = SamplingParams(temperature=1.5, top_k=40, seed=seed)
     logits = jnp.asarray(random_logits(5, scale=1.0))  # [B, V]
     other = jnp.asarray(random_logits(6, scale=1.0))  # [B, V] different rows around row i

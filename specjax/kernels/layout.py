@@ -56,14 +56,16 @@ def split_for_decode(module, *, pack: bool | None = None):
     the weights, an A/B run).
     """
     graphdef, state = nnx.split(module)
-    if not (kernels.available() if pack is None else pack) or not packed_paths(module):
+    if not (kernels.available() if pack is None else pack):
         return graphdef, state
     leaves = jax.tree.leaves(state)
     key = id(module)
-    with _LOCK:
+    with _LOCK:  # a hit first: walking the graph for declared weights costs milliseconds
         hit = _CACHE.get(key)
         if hit is not None and hit[0]() is module and _same(hit[1], leaves):
             return hit[2], hit[3]
+    if not packed_paths(module):
+        return graphdef, state
     packed = jax.block_until_ready(lay_out(module, state))
     with _LOCK:
         _CACHE[key] = (
