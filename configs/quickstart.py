@@ -48,8 +48,8 @@ min wall in all, pip included):
   1.35x, ngram 1.31x, eagle3_chain 2.66, 1.04x; eagle3 2.86, 0.85x. With 400 Medusa steps
   (15.5 min on a slow day): medusa_chain 2.70, 1.58x; medusa 3.07, 1.21x; ngram 1.29x;
   eagle3_chain 1.05x; eagle3 0.97x. With the heads of 2026-12-07 (15.8-15.9 min, BENCHMARKS.md
-  "A Zen 4 EPYC, sixth session"): medusa_chain 3.41-3.53, 1.62-1.90x; medusa 3.71-3.74,
-  1.33-1.70x; eagle3_chain 3.10, 1.21-1.36x; eagle3 3.47, 1.11-1.30x; at batch 8
+  "A Zen 4 EPYC, sixth session"): medusa_chain 3.41-3.53, 1.59-1.90x; medusa 3.71-3.74,
+  1.33-1.70x; eagle3_chain 3.10, 1.17-1.36x; eagle3 3.47, 1.05-1.30x; at batch 8
   medusa_chain 0.81-1.00x.
   tiny     ~1.5 min wall. 2x64 target and 1x32 draft, 120 steps each on the synthetic
            pair-cycle corpus (`specjax.data.pair_cycle_records`, which a tiny target learns
