@@ -54,6 +54,17 @@ def _medusa(heads, k=4, **extra):
     return {"method": "medusa", "model": heads, "num_speculative_tokens": k, **extra}
 
 
+def _first_draft(target, prompts, cfg, sampling=None, seed=0):
+    """(static, prefill state, Draft): the block the proposer offers right after prefill."""
+    _, _, static, params, args = engine._setup(target, prompts, MAX_NEW, sampling, [], cfg, None)
+    state = engine._prefill_jit(static, params, *args)
+    view = StepInput(state.proposer, state.last, state.cache.lengths, ~state.done)
+    module = nnx.merge(static.graphdef, params[0])
+    key = jax.random.split(jax.random.key(seed), len(prompts))
+    draft = static.spec.proposer.propose(static.context, module, params[1], view, key)[0]
+    return static, state, draft
+
+
 @pytest.mark.parametrize(
     "k,tree", [(4, None), (2, None), (4, "mc_sim_7b_63"), (3, "topk_3x2")],
     ids=["chain4", "chain2", "mc_sim_7b_63", "topk_3x2"],
@@ -194,15 +205,8 @@ def test_auto_verification_and_sampled_drafts(target, heads, prompts):
             "sampled": _medusa(heads, 2, draft_tree="small_2x3", verification="probabilistic")}  # fmt: skip
     blocks = {}
     for name, cfg in cfgs.items():
-        _, _, static, params, args = engine._setup(target, prompts, MAX_NEW, t1, [], cfg, None)
-        state = engine._prefill_jit(static, params, *args)
-        view = StepInput(state.proposer, state.last, state.cache.lengths, ~state.done)
-        module = nnx.merge(static.graphdef, params[0])
-        key = jax.random.split(jax.random.key(0), len(prompts))
-        blocks[name] = (
-            static,
-            static.spec.proposer.propose(static.context, module, params[1], view, key)[0],
-        )
+        static, _, draft = _first_draft(target, prompts, cfg, t1)
+        blocks[name] = (static, draft)
     static, draft = blocks["auto"]
     assert static.spec.config.verification == "one_hot" and draft.probs is None
     static, draft = blocks["sampled"]
@@ -227,12 +231,7 @@ def test_a_draft_vocabulary_ranks_as_the_whole_vocabulary_does(target, prompts, 
     w[..., 3] = w[..., 2]
     heads.lm_head[...] = jnp.asarray(w)
     cfg = _medusa(heads, k, **({"draft_tree": tree} if tree else {}))
-    _, _, static, params, args = engine._setup(target, prompts, MAX_NEW, None, [], cfg, None)
-    state = engine._prefill_jit(static, params, *args)
-    view = StepInput(state.proposer, state.last, state.cache.lengths, ~state.done)
-    module = nnx.merge(static.graphdef, params[0])
-    key = jax.random.split(jax.random.key(0), len(prompts))
-    draft = static.spec.proposer.propose(static.context, module, params[1], view, key)[0]
+    static, state, draft = _first_draft(target, prompts, cfg)
     t = static.spec.proposer.tree
     logits = heads(state.proposer.hidden, k)  # [B, K, V]
     _, top = jax.lax.top_k(logits, int(t.rank.max()) + 1)
@@ -255,12 +254,7 @@ def test_a_draft_vocabulary_drafts_only_its_ids_and_stays_lossless(target, promp
         assert out.stats["draft_tokens"] > 0
     t1 = sj.SamplingParams(temperature=1.0)
     cfg = _medusa(heads, 2, draft_tree="small_2x3", verification="probabilistic")
-    _, _, static, params, args = engine._setup(target, prompts, MAX_NEW, t1, [], cfg, None)
-    state = engine._prefill_jit(static, params, *args)
-    view = StepInput(state.proposer, state.last, state.cache.lengths, ~state.done)
-    module = nnx.merge(static.graphdef, params[0])
-    key = jax.random.split(jax.random.key(1), len(prompts))
-    draft = static.spec.proposer.propose(static.context, module, params[1], view, key)[0]
+    _, _, draft = _first_draft(target, prompts, cfg, t1, seed=1)
     q, tokens = np.asarray(draft.probs)[:, 1:], np.asarray(draft.tokens)[:, 1:]
     outside = np.setdiff1d(np.arange(VOCAB), token_map)
     assert np.isin(tokens, token_map).all()
