@@ -89,6 +89,8 @@ def get_config(arg=None):
     # the training-free methods and the two trained ones (medusa_chain left out: each method
     # is a compile per prompt bucket and cell of a 30-layer target, the bench's main cost)
     config.bench.methods = ("ngram", "lookahead", "medusa", "eagle3")
+    # the drafts' weights read in bfloat16 (lossless; configs/quickstart.py says what it buys)
+    config.bench.draft_weight_dtype = "bfloat16"
     # a new node: the quickstart ties bench.data's fields to config.data (the training corpus)
     config.bench.data = ml_collections.ConfigDict(
         dict(source="spec_bench", eval_fraction=0.05, seed=0, categories=())

@@ -55,6 +55,7 @@ def generate(
     *,
     seeds=None,
     mesh=None,
+    weight_dtype=None,
 ) -> engine.GenerateOutput:
     """`specjax.decoding.engine.generate`, also taking checkpoint paths for the target and for
     `speculative_config["model"]` (loaded straight onto `mesh`'s shardings when one is given).
@@ -69,6 +70,7 @@ def generate(
         spec,
         seeds=seeds,
         mesh=mesh,
+        weight_dtype=weight_dtype,
     )
 
 
@@ -82,6 +84,7 @@ def generate_stream(
     *,
     seeds=None,
     mesh=None,
+    weight_dtype=None,
 ):
     """`specjax.decoding.engine.generate_stream`, also taking checkpoint paths."""
     target, spec = _resolve(model, speculative_config, sampling, mesh)
@@ -94,6 +97,7 @@ def generate_stream(
         spec,
         seeds=seeds,
         mesh=mesh,
+        weight_dtype=weight_dtype,
     )
 
 

@@ -139,8 +139,9 @@ def sample_prompts(cfg, tokenizer) -> dict[str, list[list[int]]]:
 
 
 def _per_token_seconds(
-    models: dict, prompt, long: int, short: int, repeats: int, temperature, batch: int = 1
-):
+    models: dict, prompt, long: int, short: int, repeats: int, temperature, batch: int = 1,
+    weight_dtypes: dict | None = None,
+):  # fmt: skip
     """Decode time per step of each model at `batch` rows (the prompt repeated), prefill
     differenced out.
 
@@ -148,8 +149,11 @@ def _per_token_seconds(
     work on a shared machine only ever adds time, and a difference of two noisy medians can
     be anything (even negative) when the load changes between them.
     """
+    dtypes = weight_dtypes or {}
     runners = {
-        (name, m): timing.Runner(model, m) for name, model in models.items() for m in (long, short)
+        (name, m): timing.Runner(model, m, weight_dtype=dtypes.get(name))
+        for name, model in models.items()
+        for m in (long, short)
     }
     rows = [[prompt] * batch]
     for runner in runners.values():  # warm-up: compile both lengths
@@ -168,8 +172,9 @@ def _per_token_seconds(
 
 
 def measure_cost_ratio(
-    target, draft, prompt, tokens: int, repeats: int, temperature: float = 0.0, batch: int = 1
-) -> dict:
+    target, draft, prompt, tokens: int, repeats: int, temperature: float = 0.0, batch: int = 1,
+    draft_weight_dtype: str | None = None,
+) -> dict:  # fmt: skip
     """c = draft decode step time / target decode step time, both generating alone, `batch`
     rows (the prompt repeated) a step.
 
@@ -178,7 +183,8 @@ def measure_cost_ratio(
     L = `tokens` (capped by both models' position limits) and L / 2 + 1, so the prefill
     cancels in the difference. Use long runs (the config's `cost_tokens`, 128): a small
     draft's per-token time is a fraction of a millisecond, easily lost in a shared
-    machine's noise.
+    machine's noise. The draft decodes with its weights read in `draft_weight_dtype`, as it
+    drafts (`speculative_config["draft_weight_dtype"]`).
 
     Returns:
       {"target_step_s", "draft_step_s", "c", "lengths"}; c is None without a draft.
@@ -188,8 +194,9 @@ def measure_cost_ratio(
     long = max(min(int(tokens), room), 2)
     short = long // 2 + 1
     per_token = _per_token_seconds(
-        models, prompt, long, short, max(int(repeats), 5), float(temperature), int(batch)
-    )
+        models, prompt, long, short, max(int(repeats), 5), float(temperature), int(batch),
+        {"draft": draft_weight_dtype},
+    )  # fmt: skip
     c = per_token["draft"] / per_token["target"] if draft is not None else None
     return {
         "target_step_s": per_token["target"],
@@ -201,8 +208,9 @@ def measure_cost_ratio(
 
 
 def measure_head_cost(
-    heads, num_heads: int, target_step_s: float, repeats: int, target=None, batch: int = 1
-) -> dict:
+    heads, num_heads: int, target_step_s: float, repeats: int, target=None, batch: int = 1,
+    weight_dtype: str | None = None,
+) -> dict:  # fmt: skip
     """A head's c in target decode steps per draft token, so that N c is the proposer's cost
     of a step that drafts N tokens, as for a draft LM.
 
@@ -211,7 +219,8 @@ def measure_head_cost(
     slots (a chain drafts one token per call); `target_step_s` is the target's step at the
     same batch; `target` (the Model whose embedding and LM head the
     drafter shares) is required there. Timed as 64 calls inside one jitted loop (no per-call
-    dispatch in the number), fastest of `repeats` (at least 5) runs.
+    dispatch in the number), fastest of `repeats` (at least 5) runs. The heads' weights are
+    read in `weight_dtype` (`speculative_config["draft_weight_dtype"]`), as decoding reads them.
 
     Returns:
       {"heads_step_s": seconds per forward (all num_heads Medusa heads, one EAGLE call), "c":
@@ -219,8 +228,9 @@ def measure_head_cost(
     """
     batch = check_int("batch", batch, 1)
     if isinstance(heads, EagleHead):
-        return _measure_drafter_cost(heads, target, target_step_s, repeats, batch)
-    graphdef, params = kernels.split_for_decode(heads)  # the layout decoding uses
+        return _measure_drafter_cost(heads, target, target_step_s, repeats, batch, weight_dtype)
+    # The layout decoding uses.
+    graphdef, params = kernels.split_for_decode(heads, weight_dtype=weight_dtype)
     calls = 64
 
     @jax.jit
@@ -241,11 +251,14 @@ def measure_head_cost(
     return {"heads_step_s": step, "c": step / (num_heads * target_step_s)}
 
 
-def _measure_drafter_cost(head, target, target_step_s: float, repeats: int, batch: int) -> dict:
+def _measure_drafter_cost(
+    head, target, target_step_s: float, repeats: int, batch: int, weight_dtype=None
+) -> dict:
     if target is None:
         raise ValueError("measure_head_cost: an EAGLE drafter needs target= (its embedding)")
     module = as_model(target).module
-    (tdef, tparams), (hdef, hparams) = (kernels.split_for_decode(m) for m in (module, head))
+    tdef, tparams = kernels.split_for_decode(module)
+    hdef, hparams = kernels.split_for_decode(head, weight_dtype=weight_dtype)
     calls, slots = 64, 256
 
     @jax.jit
@@ -384,12 +397,14 @@ def pick(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
     served = {c: timing.make_batches(p, batch) for c, p in prompts.items()}  # timed candidates
     first_prompt = next(iter(prompts.values()))[0]
     log.info("pick 1/3: draft/target cost ratio at batch %d", batch)
+    draft_dtype = mt.weight_dtype(cfg, "draft_weight_dtype")
     cost = measure_cost_ratio(
-        target, drafts.model, first_prompt, cfg.cost_tokens, cfg.repeats, cfg.temperature, batch
-    )
+        target, drafts.model, first_prompt, cfg.cost_tokens, cfg.repeats, cfg.temperature, batch,
+        draft_dtype,
+    )  # fmt: skip
     head_cost = {
         slot: measure_head_cost(h, min(int(cfg.num_speculative_tokens), _head_limit(h) or 16),
-                                cost["target_step_s"], cfg.repeats, target, batch)
+                                cost["target_step_s"], cfg.repeats, target, batch, draft_dtype)
         for slot, h in drafts.heads
     }  # fmt: skip
     cost["heads"] = head_cost

@@ -13,12 +13,14 @@ import re
 import shutil
 from pathlib import Path
 
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
 import specjax as sj
+from specjax.decoding import engine
 from specjax.decoding.prompts import check_positions
 from specjax.io.tokenizer import train_bpe
 from specjax.models import config_from_hf
@@ -95,6 +97,14 @@ def test_top_k_beyond_vocab(target):
     sampling = sj.SamplingParams(temperature=1.0, top_k=33)
     with pytest.raises(ValueError, match=r"top_k=33 is out of range: must be <= 32 \(vocab_size\)"):
         sj.generate(target, [[1]], max_new_tokens=4, sampling=sampling)
+
+
+@pytest.mark.parametrize("value", ["float16", "float32", jnp.bfloat16])
+def test_weight_dtype(target, value):
+    before = engine.trace_count()
+    with pytest.raises(ValueError, match=r"weight_dtype=.* is not one of \(None, 'bfloat16'\)"):
+        sj.generate(target, [[1, 2]], max_new_tokens=4, weight_dtype=value)
+    assert engine.trace_count() == before
 
 
 def test_seeds_length(target):

@@ -32,8 +32,8 @@ def default_config() -> ml_collections.ConfigDict:
     """The benchmark's knobs with their defaults.
 
     Returns:
-      A ConfigDict: target / draft (checkpoint directories, "" = unset), heads, methods and
-      the method knobs (`methods.method_knobs`: num_speculative_tokens, draft_tree,
+      A ConfigDict: target / draft (checkpoint directories, "" = unset), weight_dtype (the
+      target's weights as read: "" or "bfloat16"), heads, methods and the method knobs (`methods.method_knobs`: num_speculative_tokens, draft_tree,
       prompt_lookup_min/max, medusa_tree, eagle_tree, dynamic_tree, lookahead), the grid
       (batch_sizes x temperatures), verify_blocks, the workload (max_new_tokens,
       prompt_tokens, num_prompts per category), repeats (timed repeats per cell, each
@@ -47,6 +47,9 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.target = ""
     cfg.draft = ""
     cfg.update(method_knobs())  # heads, methods and each method's knobs, shared with the picker
+    # The target's matmul weights as read, by every method and the AR baseline alike: "" = as
+    # stored; "bfloat16" = rounded (a different model: `sj.generate(weight_dtype=...)`).
+    cfg.weight_dtype = ""
     cfg.batch_sizes = (1, 8)
     # Block sizes of the target's verify-cost curve in the report (`bench.verify_cost`); ()
     # skips it.

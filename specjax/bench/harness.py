@@ -196,6 +196,7 @@ def _verify_curves(cfg, target) -> list[dict]:
             batch=int(b),
             context=int(cfg.prompt_tokens),
             repeats=max(int(cfg.repeats), 3),
+            weight_dtype=mt.weight_dtype(cfg),
         )  # fmt: skip
         for b in cfg.batch_sizes
     ]
@@ -225,7 +226,7 @@ def run_bench(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     machine = timing.machine_info()
     prompts = prompts_by_category(cfg, target.tokenizer)
-    runner = timing.Runner(target, int(cfg.max_new_tokens), int(cfg.seed))
+    runner = timing.Runner(target, int(cfg.max_new_tokens), int(cfg.seed), mt.weight_dtype(cfg))
     sweep = list(cfg.tau_vs_n) if draft is not None else []
     cells = [(int(b), float(t)) for b in cfg.batch_sizes for t in cfg.temperatures]
     store = resume.CellStore(

@@ -199,6 +199,20 @@ def _verification(cfg) -> dict:
     return out
 
 
+def draft_options(cfg) -> dict:
+    """`draft_weight_dtype` when the config sets one ("" = the draft's weights as stored)."""
+    value = cfg.get("draft_weight_dtype", "")
+    return {"draft_weight_dtype": str(value)} if value else {}
+
+
+def weight_dtype(cfg, key: str = "weight_dtype") -> str | None:
+    """`cfg.<key>` ("" = None) checked against `kernels.WEIGHT_DTYPES`."""
+    from specjax.kernels import check_weight_dtype
+
+    value = cfg.get(key, "")
+    return check_weight_dtype(key, None if value in ("", None) else value)
+
+
 @register_method("autoregressive", depth_key=None)
 def _autoregressive(cfg, drafts):
     return None
@@ -211,6 +225,7 @@ def _draft_model(cfg, drafts):
         "model": drafts.model,
         "num_speculative_tokens": int(cfg.num_speculative_tokens),
         **_verification(cfg),
+        **draft_options(cfg),
     }
 
 
@@ -228,6 +243,7 @@ def _draft_tree(cfg, drafts):
         "num_speculative_tokens": depth,
         "draft_tree": {"depth": depth, "width": width},
         **_verification(cfg),
+        **draft_options(cfg),
     }
 
 
@@ -278,6 +294,7 @@ def _medusa(cfg, drafts):
         "num_speculative_tokens": k,
         "draft_tree": medusa_tree(cfg, k),
         **_verification(cfg),
+        **draft_options(cfg),
     }
 
 
@@ -291,6 +308,7 @@ def _head_chain(method: str):
             "model": drafts.head(method),
             "num_speculative_tokens": int(cfg.num_speculative_tokens),
             **_verification(cfg),
+            **draft_options(cfg),
         }
 
     return build
@@ -339,6 +357,7 @@ def _eagle_dynamic(method: str):
             "num_speculative_tokens": _dynamic_sizes(cfg)[0],
             "draft_tree": _dynamic_tree(cfg),
             **_verification(cfg),
+            **draft_options(cfg),
         }
 
     return build
@@ -354,6 +373,7 @@ def _eagle1(cfg, drafts):
         "num_speculative_tokens": k,
         "draft_tree": eagle_tree(cfg, k),
         **_verification(cfg),
+        **draft_options(cfg),
     }
 
 
@@ -387,7 +407,8 @@ def method_knobs() -> ml_collections.ConfigDict:
       a float placeholder, None = the decode's own law, sharpened at T=0; see
       `eagle_tree.DynamicTree`) and lookahead (window W, candidate_length = ngram_size - 1,
       the N of its rows, max_candidates G, seed_pool_from_prompt: this machine's defaults,
-      `spec_config.lookahead_defaults`).
+      `spec_config.lookahead_defaults`) and draft_weight_dtype ("" or "bfloat16": the drafts'
+      weights as read, `speculative_config["draft_weight_dtype"]`).
     """
     import ml_collections  # not at the top: see the note there
 
@@ -395,6 +416,9 @@ def method_knobs() -> ml_collections.ConfigDict:
     slots = dict.fromkeys(m.needs_heads for m in _REGISTRY.values() if m.needs_heads)
     cfg.heads = ml_collections.ConfigDict(dict.fromkeys(slots, ""))
     cfg.methods = ("draft_model", "draft_tree", "ngram")
+    # The drafts' matmul weights as read: "" = as stored, "bfloat16" = rounded (half the bytes
+    # a drafting forward reads on the CPU kernel; lossless, the target verifies).
+    cfg.draft_weight_dtype = ""
     cfg.num_speculative_tokens = 4
     cfg.draft_tree = ml_collections.ConfigDict(dict(depth=3, width=2))
     cfg.prompt_lookup_min = 1

@@ -199,6 +199,17 @@ def _verify_table(curves: list[dict]) -> list[str]:
     ]
 
 
+def _weights_line(cfg: dict) -> list[str]:
+    """A line naming the weights' dtypes as read, when the run set any ("" = as stored)."""
+    target, drafts = cfg.get("weight_dtype") or "", cfg.get("draft_weight_dtype") or ""
+    if not target and not drafts:
+        return []
+    return [
+        f"Weights as read: the target's {target or 'as stored'} (every method and the AR "
+        f"baseline), the drafts' {drafts or 'as stored'}."
+    ]
+
+
 def write_report(results: dict, path, plot_files: dict | None = None) -> Path:
     """Write report.md for `results` (the dict of results.json).
 
@@ -221,6 +232,7 @@ def write_report(results: dict, path, plot_files: dict | None = None) -> Path:
         "repeats per cell, each interleaved with the autoregressive baseline (AR, method, "
         "AR, method, ...); speedup = median AR time / median method time; a batch of b "
         "rows cycles the category's prompts.",
+        *_weights_line(cfg),
         "",
         *_summary(results["runs"]),
         *_main_tables(results["runs"]),

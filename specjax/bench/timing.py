@@ -131,6 +131,7 @@ class Runner:
     target: object
     max_new_tokens: int
     seed: int = 0
+    weight_dtype: str | None = None  # the target's weights as read (`engine.generate`)
 
     def run(self, batches, temperature: float, spec: dict | None) -> tuple[list[float], dict]:
         """One timed pass over `batches`.
@@ -149,6 +150,7 @@ class Runner:
                 sampling=sampling,
                 stop_token_ids=[],
                 speculative_config=spec,
+                weight_dtype=self.weight_dtype,
             )
             seconds.append(time.perf_counter() - start)  # generate returns host arrays
             stats.append(out.stats)

@@ -47,7 +47,7 @@ def _forwards(graphdef, params, cache, tokens, positions, n):
 
 def measure_verify_cost(
     model, blocks=DEFAULT_BLOCKS, *, batch: int = 1, context: int = 64, repeats: int = 7,
-    calls: int = 8, pack: bool | None = None,
+    calls: int = 8, pack: bool | None = None, weight_dtype: str | None = None,
 ) -> dict:  # fmt: skip
     """Median seconds of a T-token forward for T in `blocks` (interleaved, shuffled order).
 
@@ -60,6 +60,7 @@ def measure_verify_cost(
       calls: forwards a timing, run as a loop in one program (their mean): the host's dispatch
         of a jitted call, about a small model's forward, is paid once per timing.
       pack: the weight layout (None: the one decoding uses here).
+      weight_dtype: the weights as read (`kernels.WEIGHT_DTYPES`; None: as stored).
     Returns:
       {"blocks": [T...], "seconds": [...], "cost": [time(T) / time(1)...], "batch", "context",
        "cpu_kernel"}.
@@ -74,7 +75,7 @@ def measure_verify_cost(
             f"context={context} + block {blocks[-1]} exceeds the model's "
             f"max_position_embeddings={c.max_position_embeddings}"
         )
-    graphdef, params = kernels.split_for_decode(model.module, pack=pack)
+    graphdef, params = kernels.split_for_decode(model.module, pack=pack, weight_dtype=weight_dtype)
     rng = np.random.default_rng(0)
     cache = KVCache.init(c.num_layers, batch, context + blocks[-1], c.num_kv_heads, c.head_dim,
                          jnp.dtype(c.dtype))  # fmt: skip

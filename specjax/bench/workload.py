@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from specjax import data
 from specjax.bench import spec_bench
-from specjax.bench.methods import Drafts, check_methods
+from specjax.bench.methods import Drafts, check_methods, weight_dtype
 from specjax.heads import check_heads_fit
 from specjax.io.drafts import load_draft
 from specjax.io.hf import load_model
@@ -26,6 +26,7 @@ def _head_slots(cfg, heads) -> dict:
 def check_inputs(cfg, draft=None, heads=None) -> None:
     """Every method in cfg.methods registered and given what it drafts with, before loading."""
     slots = tuple(_head_slots(cfg, heads).items())
+    weight_dtype(cfg), weight_dtype(cfg, "draft_weight_dtype")  # "" or "bfloat16"
     check_methods(cfg.methods, Drafts(draft if draft is not None else (cfg.draft or None), slots))
 
 

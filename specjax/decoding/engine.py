@@ -289,6 +289,7 @@ def generate(
     *,
     seeds=None,
     mesh=None,
+    weight_dtype=None,
 ) -> GenerateOutput:
     """Generate up to `max_new_tokens` per prompt, optionally with speculative decoding.
 
@@ -309,6 +310,14 @@ def generate(
         `specjax.parallel` (tensor parallelism over `model`), rows over `data` (the batch
         bucket padded to a multiple of it), and the same one-jit loop runs sharded. None: one
         device. Tokens and stats are gathered to the host before they are read.
+      weight_dtype: what the target's matmul weights (projections, LM head, a tied table) are
+        read in: None = as stored; "bfloat16" = rounded to bfloat16 once, when the weights are
+        laid out for decoding, activations and accumulation staying float32. On the CPU
+        kernel that halves the bytes a token reads (a float32 model's decode step runs up to
+        about twice as fast where it is bound by reading its weights); on XLA's path the
+        rounded values are kept as float32, so the tokens are the same either way. It is a
+        slightly different model: the outputs are those of the rounded weights. A draft's
+        own is `speculative_config["draft_weight_dtype"]` (lossless: the target verifies).
     Returns:
       GenerateOutput(tokens, texts, stats). stats: method, steps, row_steps, generated_tokens,
       draft_tokens / accepted_tokens (and per row), mean_accepted_length (tau: tokens per
@@ -319,17 +328,27 @@ def generate(
       and `lossy` (True only for a lossy verification rule such as Medusa's typical).
     """
     model, rows, static, params, args = _setup(
-        model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds, mesh
-    )
+        model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds, mesh,
+        weight_dtype,
+    )  # fmt: skip
     state = _generate_jit(static, params, *args)
     return _finish(model, state, len(rows), static.spec)
 
 
 def _setup(
-    model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds, mesh=None
+    model,
+    prompts,
+    max_new_tokens,
+    sampling,
+    stop_token_ids,
+    speculative_config,
+    seeds,
+    mesh=None,
+    weight_dtype=None,
 ):
     """Validate everything on the host, then split the model: (model, rows, static, params, args)."""
     model = as_model(model)
+    kernels.check_weight_dtype("weight_dtype", weight_dtype)
     layout = parallel.layout_of(mesh)
     spec, spec_params, draft = None, (), None
     if speculative_config is not None:
@@ -341,7 +360,9 @@ def _setup(
         model, prompts, max_new_tokens, sampling, stop_token_ids, seeds, spec, layout
     )
     # Weights packed once for the CPU kernel; a mesh shards the standard layout instead.
-    graphdef, params = kernels.split_for_decode(model.module, pack=False if layout else None)
+    graphdef, params = kernels.split_for_decode(
+        model.module, pack=False if layout else None, weight_dtype=weight_dtype
+    )
     static = dataclasses.replace(static, graphdef=graphdef)
     if layout is not None:
         spec_params = kernels.standard_layout(spec_params)
@@ -362,6 +383,7 @@ def generate_stream(
     *,
     seeds=None,
     mesh=None,
+    weight_dtype=None,
 ) -> Iterator[list[list[int]]]:
     """Like `generate`, one jitted step per iteration: yields each row's new tokens per step.
 
@@ -369,8 +391,9 @@ def generate_stream(
     or configs raise here, at the call, as `generate` does (not at the first `next()`).
     """
     _, rows, static, params, args = _setup(
-        model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds, mesh
-    )
+        model, prompts, max_new_tokens, sampling, stop_token_ids, speculative_config, seeds, mesh,
+        weight_dtype,
+    )  # fmt: skip
     return _stream(rows, static, params, args)
 
 

@@ -13,7 +13,9 @@
 
 Keys shared with vLLM's `--speculative-config`: method, model, num_speculative_tokens,
 prompt_lookup_min, prompt_lookup_max. specjax's own: verification, allow_lossy, draft_tree,
-typical_epsilon, typical_delta, and lookahead's lookahead_window, ngram_size,
+typical_epsilon, typical_delta, draft_weight_dtype (a draft's matmul weights read rounded to
+bfloat16: half the bytes a drafting forward reads on the CPU kernel, still lossless since
+the target verifies; `kernels.WEIGHT_DTYPES`), and lookahead's lookahead_window, ngram_size,
 max_candidates, seed_pool_from_prompt, lookahead_advance (vLLM has no lookahead; its
 candidate length is ngram_size - 1, so num_speculative_tokens is not needed).
 
@@ -37,6 +39,7 @@ from specjax.decoding.proposers.eagle_tree import DynamicTree
 # Lookahead's defaults, read by the bench and experiments from here (lookahead owns them).
 from specjax.decoding.proposers.lookahead import lookahead_defaults  # noqa: F401
 from specjax.decoding.proposers.ngram_trie import NgramTrie
+from specjax.kernels import check_weight_dtype
 from specjax.validate import check_int, check_real
 
 METHODS = tuple(PROPOSERS)  # as registered when imported; `parse` reads PROPOSERS itself
@@ -51,6 +54,7 @@ COMMON_KEYS = (
     "draft_tree",
     "typical_epsilon",
     "typical_delta",
+    "draft_weight_dtype",
 )
 # What the error for a missing `model` says each kind is.
 _MODEL_WHAT = {"draft_lm": "a specjax Model", "heads": "draft heads (sj.load_draft)"}
@@ -86,6 +90,7 @@ class SpecConfig:
     allow_lossy: bool = False
     typical_epsilon: float = 0.09
     typical_delta: float = 0.3
+    draft_weight_dtype: str | None = None  # the draft's weights as read (kernels.WEIGHT_DTYPES)
     # Set by a method's own keys (`OwnKeys.fields`); the defaults elsewhere.
     prompt_lookup_min: int = 1  # ngram
     prompt_lookup_max: int = 3
@@ -261,6 +266,14 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
     own = caps.parse_keys(raw) if caps.parse_keys is not None else OwnKeys({})
     k = _num_speculative_tokens(raw, method, caps, own)
     _check_model(raw, method, caps)
+    draft_weight_dtype = check_weight_dtype(
+        "speculative_config['draft_weight_dtype']", raw.get("draft_weight_dtype")
+    )
+    if draft_weight_dtype is not None and caps.model == "none":
+        raise ValueError(
+            f"speculative_config['draft_weight_dtype'] sets the draft model's weights; "
+            f"method={method!r} has none: leave it unset"
+        )
     tree = _method_tree(raw, method, caps, own, k)
     allow_lossy = raw.get("allow_lossy", False)
     if not isinstance(allow_lossy, bool):
@@ -284,6 +297,7 @@ def parse(raw: dict, *, temperature: float) -> SpecConfig:
         allow_lossy=allow_lossy,
         typical_epsilon=float(eps),
         typical_delta=float(delta),
+        draft_weight_dtype=draft_weight_dtype,
         **own.fields,
     )
 

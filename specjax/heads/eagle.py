@@ -270,7 +270,7 @@ class EagleHead(nnx.Module):
             raise ValueError(
                 f"EAGLE-3 drafter reads {len(self.config.tap_layers)} target taps, got {len(taps)}"
             )
-        return self.fc(jnp.concatenate(taps, axis=-1).astype(self.fc.kernel.dtype))
+        return self.fc(jnp.concatenate(taps, axis=-1).astype(self.fc.dtype))
 
     def layer_input(self, target: Decoder, tokens, feature):
         """(qkv input [B, T, H or 2H], residual [B, T, H]) for tokens [B, T], feature [B, T, H]."""

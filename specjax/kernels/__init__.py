@@ -113,6 +113,39 @@ def pack(w, *, table: bool = False) -> PackedWeight:
     return PackedWeight(panels, N, table)
 
 
+# What decoding may read the declared weights in (`split_for_decode(weight_dtype=...)`):
+# None = as stored; "bfloat16" = rounded to bfloat16 (half the bytes a token when packed),
+# activations and accumulation staying float32.
+WEIGHT_DTYPES = (None, "bfloat16")
+
+
+def check_weight_dtype(name: str, value) -> str | None:
+    """`value` if it is one of WEIGHT_DTYPES, else a ValueError naming `name` and the choices."""
+    if value is not None and not (isinstance(value, str) and value in WEIGHT_DTYPES):
+        raise ValueError(
+            f"{name}={value!r} is not one of {WEIGHT_DTYPES} (None: the weights as stored; "
+            "'bfloat16': rounded to bfloat16, activations and accumulation float32)"
+        )
+    return value
+
+
+def round_weight(w, dtype: str | None):
+    """A declared weight read in `dtype`: a packed weight's panels stored in it (the kernel reads
+    bfloat16 panels as such), a plain float32 array rounded to it and kept float32 (XLA's dot
+    then computes what the kernel does: the same rounded weights, float32 arithmetic)."""
+    if dtype is None:
+        return w
+    dt = jnp.dtype(dtype)
+    if isinstance(w, PackedLayers):
+        return PackedLayers(tuple(round_weight(x, dtype) for x in w.layers))
+    if isinstance(w, PackedWeight):
+        return w if w.dtype == dt else PackedWeight(w.panels.astype(dt), w.n, w.table)
+    w = jnp.asarray(w)
+    if w.dtype != jnp.float32:
+        return w  # already narrower (a bfloat16 model): read as stored
+    return w.astype(dt).astype(w.dtype)
+
+
 def unpack(w) -> jax.Array:
     """The standard layout back: [*G, K, N] (the [N, K] table for a packed table; [G, L, K, N]
     for PackedLayers)."""
@@ -275,9 +308,11 @@ __all__ = [
     "MAX_KERNEL_ROWS",
     "PackedLayers",
     "PackedWeight",
+    "WEIGHT_DTYPES",
     "attention_applies",
     "available",
     "cache_attention",
+    "check_weight_dtype",
     "clear_cache",
     "embed_lookup",
     "layer",
@@ -285,6 +320,7 @@ __all__ = [
     "pack",
     "pack_layers",
     "per_group_matmul",
+    "round_weight",
     "split_for_decode",
     "standard_layout",
     "unpack",

@@ -9,8 +9,15 @@ training step or a reload makes new ones, and the next call packs again), so rep
 `save_draft` and checkpoints never see a panel.
 
 Resident memory: the cache holds one packed copy of every packed weight (the standard copy
-stays with the module), about the model's weight bytes again, plus padding of N up to a
-multiple of 16 columns; `SPECJAX_CPU_KERNEL=0` holds none.
+stays with the module), about the model's weight bytes again (half of them with
+`weight_dtype="bfloat16"`), plus padding of N up to a multiple of 16 columns;
+`SPECJAX_CPU_KERNEL=0` holds none unless a `weight_dtype` asks for rounded weights.
+
+`weight_dtype="bfloat16"` reads the declared weights rounded to bfloat16: packed, the panels
+are stored in it and the kernel reads half the bytes a token (activations and accumulation
+stay float32); unpacked (XLA's dot: the kernel off, a mesh), the same rounded values are kept
+as float32, so both paths compute the same products. Norms, biases and an untied embedding
+table keep their dtype.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from flax import nnx
 
 from specjax import kernels
 
-_CACHE: dict[int, tuple] = {}  # id(module) -> (weakref, leaves, graphdef, packed state)
+# (id(module), packed, weight_dtype) -> (weakref, leaves, graphdef, laid-out state)
+_CACHE: dict[tuple, tuple] = {}
 _LOCK = threading.Lock()
 
 
@@ -38,43 +46,49 @@ def packed_paths(module) -> dict[tuple, object]:
     return out
 
 
-def lay_out(module, state):
-    """`state` (of `nnx.split(module)`) with every declared weight packed."""
+def lay_out(module, state, weight_dtype: str | None = None, *, pack: bool = True):
+    """`state` (of `nnx.split(module)`) with every declared weight packed (`pack`) and read in
+    `weight_dtype` (`kernels.round_weight`)."""
     targets = packed_paths(module)
     flat = []
     for path, var in nnx.to_flat_state(state):
         if path in targets:
-            var = var.replace(targets[path](var[...]))
+            value = targets[path](var[...]) if pack else var[...]
+            var = var.replace(kernels.round_weight(value, weight_dtype))
         flat.append((path, var))
     return nnx.from_flat_state(flat)
 
 
-def split_for_decode(module, *, pack: bool | None = None):
+def split_for_decode(module, *, pack: bool | None = None, weight_dtype: str | None = None):
     """(graphdef, state) like `nnx.split(module)`, weights packed when the kernel is available.
 
     pack: None = when `kernels.available()`; False = the standard layout (a mesh that shards
-    the weights, an A/B run).
+      the weights, an A/B run).
+    weight_dtype: None = the weights as stored; "bfloat16" = the declared weights rounded to
+      it (`kernels.WEIGHT_DTYPES`; see the module docstring).
     """
+    kernels.check_weight_dtype("weight_dtype", weight_dtype)
     graphdef, state = nnx.split(module)
-    if not (kernels.available() if pack is None else pack):
+    packing = kernels.available() if pack is None else bool(pack)
+    if not packing and weight_dtype is None:
         return graphdef, state
     leaves = jax.tree.leaves(state)
-    key = id(module)
+    key = (id(module), packing, weight_dtype)
     with _LOCK:  # a hit first: walking the graph for declared weights costs milliseconds
         hit = _CACHE.get(key)
         if hit is not None and hit[0]() is module and _same(hit[1], leaves):
             return hit[2], hit[3]
     if not packed_paths(module):
         return graphdef, state
-    packed = jax.block_until_ready(lay_out(module, state))
+    laid_out = jax.block_until_ready(lay_out(module, state, weight_dtype, pack=packing))
     with _LOCK:
         _CACHE[key] = (
             weakref.ref(module, lambda _: _CACHE.pop(key, None)),
             leaves,
             graphdef,
-            packed,
+            laid_out,
         )
-    return graphdef, packed
+    return graphdef, laid_out
 
 
 def _same(a: list, b: list) -> bool:

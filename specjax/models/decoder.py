@@ -313,8 +313,10 @@ class Decoder(nnx.Module):
         return {(name, "embedding"): lambda w: kernels.pack(w, table=True)}
 
     def lookup(self, tokens):
-        """The token embeddings alone: tokens [...] -> [..., D] (no position embedding)."""
-        return kernels.embed_lookup(self.embedder.embedding[...], tokens)
+        """The token embeddings alone: tokens [...] -> [..., D] (no position embedding), in the
+        model's dtype (a tied table packed in bfloat16 panels is read from them, then widened)."""
+        rows = kernels.embed_lookup(self.embedder.embedding[...], tokens)
+        return rows.astype(jnp.dtype(self.config.dtype))
 
     def embed(self, tokens, positions):
         """tokens, positions: [B, T] -> [B, T, D]."""

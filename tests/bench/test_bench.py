@@ -270,6 +270,37 @@ def test_method_builders_forward_the_verification_rule():
     assert "verification" not in plain and "allow_lossy" not in plain
 
 
+def test_method_builders_forward_the_draft_weight_dtype(heads):
+    cfg = default_config()
+    drafts = mt.Drafts(model="draft", heads=(("medusa", heads), ("eagle3", "e3")))
+    for name in ("draft_model", "medusa_chain", "eagle3"):
+        assert "draft_weight_dtype" not in mt.speculative_config(name, cfg, drafts)
+    cfg.draft_weight_dtype = "bfloat16"
+    for name in ("draft_model", "draft_tree", "medusa", "medusa_chain", "eagle3", "eagle3_chain"):
+        assert mt.speculative_config(name, cfg, drafts)["draft_weight_dtype"] == "bfloat16"
+    for name in ("ngram", "lookahead"):  # nothing to read in bfloat16
+        assert "draft_weight_dtype" not in mt.speculative_config(name, cfg, drafts)
+
+
+@pytest.mark.parametrize("key", ["weight_dtype", "draft_weight_dtype"])
+def test_bad_weight_dtypes_are_refused_before_loading(tmp_path, key):
+    cfg = tiny_config(["ngram"])
+    cfg[key] = "float16"
+    with pytest.raises(ValueError, match=rf"{key}='float16' is not one of \(None, 'bfloat16'\)"):
+        run_bench(cfg, tmp_path)  # no target set: the check comes before any load
+
+
+def test_report_names_the_weights_as_read(bench, tmp_path):
+    from specjax.bench.report import write_report
+
+    _, results = bench
+    text = write_report(results, tmp_path / "plain.md").read_text()
+    assert "Weights as read" not in text
+    cfg = {**results["config"], "weight_dtype": "bfloat16", "draft_weight_dtype": "bfloat16"}
+    text = write_report({**results, "config": cfg}, tmp_path / "bf16.md").read_text()
+    assert "the target's bfloat16 (every method and the AR baseline), the drafts' bfloat16" in text
+
+
 def test_medusa_methods_cut_the_tree_to_the_heads_used(heads):
     cfg = default_config()
     cfg.medusa_tree = "mc_sim_7b_63"

@@ -98,6 +98,20 @@ def test_model_required_for_draft_model(target):
     _refused(target, {**cfg, "model": None}, ValueError, r"\['model'\] is required")
 
 
+@pytest.mark.parametrize("value", ["float16", "bf16", 16, True])
+def test_bad_draft_weight_dtype(target, value):
+    _refused(
+        target,
+        _draft(target, draft_weight_dtype=value),
+        ValueError,
+        rf"\['draft_weight_dtype'\]={value!r} is not one of \(None, 'bfloat16'\)",
+    )
+
+
+def test_draft_weight_dtype_refused_without_a_draft_model(target):
+    _refused(target, _ngram(draft_weight_dtype="bfloat16"), ValueError, "method='ngram' has none")
+
+
 def test_model_refused_for_ngram(target):
     _refused(target, _ngram(model=target), ValueError, r"\['model'\] must be unset.*'ngram'")
 

@@ -136,3 +136,93 @@ def test_compiled_once_with_the_kernel(target, prompts, configs):
     _run(target, prompts, cfg)
     _run(target, [p[::-1] for p in prompts], cfg)
     assert engine.trace_count() == before
+
+
+def _logits(graphdef, state, config, prompt):
+    tokens = jnp.asarray([prompt])
+    positions = jnp.arange(len(prompt))[None]
+
+    def forward(state):
+        cache = sj.KVCache.init(config.num_layers, 1, 32, config.num_kv_heads, config.head_dim)
+        return nnx.merge(graphdef, state)(tokens, positions, cache).logits
+
+    return np.asarray(jax.jit(forward)(state))
+
+
+def _rounded(module):
+    """A copy of `module` whose declared matmul weights are rounded to bfloat16 (float32)."""
+    copy = nnx.clone(module)
+    for path in layout.packed_paths(copy):
+        node = copy
+        for name in path[:-1]:
+            node = node[name] if isinstance(name, int) else getattr(node, name)
+        var = getattr(node, path[-1])
+        var[...] = var[...].astype(jnp.bfloat16).astype(jnp.float32)
+    return copy
+
+
+def test_bfloat16_weights_decode_as_the_rounded_model_on_both_paths(target, prompts, monkeypatch):
+    """weight_dtype="bfloat16": the kernel reads bfloat16 panels (half the bytes), and the
+    tokens are those of the same model with its weights rounded to bfloat16, on XLA's path too;
+    the module keeps its float32 weights and the float32 layout stays cached beside it."""
+    _, f32 = kernels.split_for_decode(target)
+    _, bf16 = kernels.split_for_decode(target, weight_dtype="bfloat16")
+    assert kernels.split_for_decode(target, weight_dtype="bfloat16")[1] is bf16
+    assert kernels.split_for_decode(target)[1] is f32
+    up = bf16["layers"][0]["mlp"]["up_proj"]["kernel"][...]
+    assert isinstance(up, kernels.PackedWeight) and up.dtype == jnp.bfloat16
+    assert f32["layers"][0]["mlp"]["up_proj"]["kernel"][...].dtype == jnp.float32
+    assert bf16["norm"]["weight"][...].dtype == jnp.float32  # norms are not matmul weights
+    assert target.layers[0].mlp.up_proj.kernel[...].dtype == jnp.float32
+    rounded = _rounded(target)
+    graphdef, _ = nnx.split(target)
+    _, exact = kernels.split_for_decode(rounded)
+    got, want, unrounded = (
+        _logits(graphdef, s, target.config, prompts[1]) for s in (bf16, exact, f32)
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert np.abs(got - unrounded).max() > 1e-4  # the rounding shows in the logits
+    expected = _run(rounded, prompts).tokens
+    out = sj.generate(target, prompts, MAX_NEW, stop_token_ids=[], weight_dtype="bfloat16")
+    assert out.tokens == expected
+    monkeypatch.setenv(kernels.ENV, "0")
+    _, plain = kernels.split_for_decode(target, weight_dtype="bfloat16")
+    np.testing.assert_array_equal(
+        plain["layers"][0]["mlp"]["up_proj"]["kernel"][...],
+        rounded.layers[0].mlp.up_proj.kernel[...],
+    )
+    off = sj.generate(target, prompts, MAX_NEW, stop_token_ids=[], weight_dtype="bfloat16")
+    assert off.tokens == expected
+
+
+def test_tied_table_in_bfloat16_panels_serves_lookups_and_the_lm_head(tied, prompts):
+    _, bf16 = kernels.split_for_decode(tied, weight_dtype="bfloat16")
+    table = bf16["embed_tokens"]["embedding"][...]
+    assert table.table and table.dtype == jnp.bfloat16
+    expected = _run(_rounded(tied), prompts).tokens
+    out = sj.generate(tied, prompts, MAX_NEW, stop_token_ids=[], weight_dtype="bfloat16")
+    assert out.tokens == expected
+
+
+@pytest.mark.parametrize("name", ["draft_chain", "medusa_tree", "eagle3_dynamic"])
+def test_drafts_read_in_bfloat16_stay_lossless(target, prompts, configs, name):
+    """draft_weight_dtype="bfloat16": the draft's panels in bfloat16, the target's untouched,
+    and greedy decoding still equals the float32 target's autoregressive tokens."""
+    cfg = {**configs[name], "draft_weight_dtype": "bfloat16"}
+    out = _run(target, prompts, cfg)
+    assert out.tokens == _run(target, prompts).tokens
+    assert out.stats["accepted_tokens"] > 0 or name == "draft_chain"
+    draft = cfg["model"]
+    _, state = kernels.split_for_decode(getattr(draft, "module", draft), weight_dtype="bfloat16")
+    packed = [x for x in jax.tree.leaves(state, is_leaf=_is_packed) if _is_packed(x)]
+    assert packed and all(_dtypes(x) == {jnp.dtype(jnp.bfloat16)} for x in packed)
+
+
+def _is_packed(x):
+    return isinstance(x, kernels.PackedWeight | kernels.PackedLayers)
+
+
+def _dtypes(x):
+    if isinstance(x, kernels.PackedLayers):
+        return {w.dtype for w in x.layers}
+    return {x.dtype}

@@ -87,7 +87,9 @@ class DraftModelProposer:
         draft = _as_draft_model(draft)
         check_same_vocabulary(target, draft)
         check_draft_window(draft, cfg.tree)
-        graphdef, params = kernels.split_for_decode(draft.module)
+        graphdef, params = kernels.split_for_decode(
+            draft.module, weight_dtype=cfg.draft_weight_dtype
+        )
         return cls(
             graphdef, cfg.tree, cfg.verification, draft.config.max_position_embeddings
         ), params

@@ -99,7 +99,7 @@ class EagleProposer:
     @classmethod
     def build(cls, cfg, target, head):
         check_drafter(head, target, cfg.method)
-        graphdef, params = kernels.split_for_decode(head)
+        graphdef, params = kernels.split_for_decode(head, weight_dtype=cfg.draft_weight_dtype)
         return cls(graphdef, cfg.tree, cfg.verification, head.config.tap_layers), params
 
     @property

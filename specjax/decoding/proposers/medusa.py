@@ -90,7 +90,7 @@ class MedusaProposer:
     @classmethod
     def build(cls, cfg, target, heads):
         check_heads(heads, target, cfg.num_speculative_tokens)
-        graphdef, params = kernels.split_for_decode(heads)
+        graphdef, params = kernels.split_for_decode(heads, weight_dtype=cfg.draft_weight_dtype)
         sampled = cfg.verification == "probabilistic"
         return cls(graphdef, cfg.tree, cfg.num_speculative_tokens, sampled), params
 
