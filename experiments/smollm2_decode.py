@@ -45,13 +45,14 @@ def smollm2_path() -> Path:
     return files[0]
 
 
-def timed_generate(model, prompts, new, config, repeats, kernel=True):
+def timed_generate(model, prompts, new, config, repeats, kernel=True, weight_dtype=None):
     old = os.environ.get(kernels.ENV)
     os.environ[kernels.ENV] = "1" if kernel else "0"
     try:
         run = lambda: sj.generate(  # noqa: E731
-            model, prompts, new, stop_token_ids=[], speculative_config=config
-        )
+            model, prompts, new, stop_token_ids=[], speculative_config=config,
+            weight_dtype=weight_dtype,
+        )  # fmt: skip
         out = run()  # warm-up (compile)
         times = []
         for _ in range(repeats):

@@ -76,7 +76,9 @@ def split_for_decode(module, *, pack: bool | None = None, weight_dtype: str | No
     key = (id(module), packing, weight_dtype)
     with _LOCK:  # a hit first: walking the graph for declared weights costs milliseconds
         hit = _CACHE.get(key)
-        if hit is not None and hit[0]() is module and _same(hit[1], leaves):
+        # The same arrays and the same structure: a static attribute changed in place (the
+        # arrays untouched) makes another graphdef, whose program must not be the cached one's.
+        if hit is not None and hit[0]() is module and _same(hit[1], leaves) and hit[2] == graphdef:
             return hit[2], hit[3]
     if not packed_paths(module):
         return graphdef, state

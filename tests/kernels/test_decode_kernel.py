@@ -122,6 +122,9 @@ def test_layout_made_once_and_remade_after_an_update(target):
         kernels.unpack(s4["layers"][0]["mlp"]["up_proj"]["kernel"][...]),
         copy.layers[0].mlp.up_proj.kernel[...],
     )
+    copy.note_for_the_test = "a static attribute"  # same arrays, another structure
+    g5, s5 = kernels.split_for_decode(copy)
+    assert g5 == nnx.split(copy)[0] and g5 != nnx.split(target)[0] and s5 is not s4
     back = kernels.standard_layout(s1)
     _, plain = nnx.split(target)
     for (pa, a), (pb, b) in zip(nnx.to_flat_state(back), nnx.to_flat_state(plain), strict=True):
