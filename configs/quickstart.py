@@ -50,7 +50,10 @@ min wall in all, pip included):
   eagle3_chain 1.05x; eagle3 0.97x. With the heads of 2026-12-07 (15.8-15.9 min, BENCHMARKS.md
   "A Zen 4 EPYC, sixth session"): medusa_chain 3.41-3.53, 1.59-1.90x; medusa 3.71-3.74,
   1.33-1.70x; eagle3_chain 3.10, 1.17-1.36x; eagle3 3.47, 1.05-1.30x; at batch 8
-  medusa_chain 0.81-1.00x.
+  medusa_chain 0.81-1.00x. The drafts read in bfloat16 since (BENCHMARKS.md "Weights read in
+  bfloat16", a bench re-run on the same models): medusa_chain 1.86x, eagle3_chain 1.29x,
+  eagle3 1.23x; alternated in one process the Medusa chain 1.62x -> 1.70x, EAGLE-3's
+  dynamic tree 0.97x -> 1.10x.
   tiny     ~1.5 min wall. 2x64 target and 1x32 draft, 120 steps each on the synthetic
            pair-cycle corpus (`specjax.data.pair_cycle_records`, which a tiny target learns
            and then continues deterministically), tiny heads (60 steps), 8 prompts of 16
