@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from specjax.decoding import trees
 from specjax.decoding.spec_config import lookahead_defaults
+from specjax.kernels import check_weight_dtype
 
 # ml_collections is imported inside `method_knobs` and `with_depth`, not here: the registry
 # and the timing helpers run where only jax, flax, optax and orbax are installed
@@ -207,8 +208,6 @@ def draft_options(cfg) -> dict:
 
 def weight_dtype(cfg, key: str = "weight_dtype") -> str | None:
     """`cfg.<key>` ("" = None) checked against `kernels.WEIGHT_DTYPES`."""
-    from specjax.kernels import check_weight_dtype
-
     value = cfg.get(key, "")
     return check_weight_dtype(key, None if value in ("", None) else value)
 
