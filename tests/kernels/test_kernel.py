@@ -144,6 +144,24 @@ def test_table_layout_serves_lookups_and_the_lm_head(rng):
     assert pe.panels.size == 7 * 16 * 24  # one copy, padded to 112 rows: no second table
 
 
+def test_bfloat16_table_lookup_converts_rows_not_the_table(rng):
+    """A lookup cast to float32 (as the decoder does) gathers bfloat16 rows and widens only
+    them: XLA would otherwise widen the whole table first, once a call (a compiled program
+    with an f32 array of the table's shape is the sign)."""
+    E = rng.standard_normal((100, 24)).astype(np.float32)
+    tokens = jnp.array([[0, 5, 99], [17, 16, 15]])
+    for table in (
+        kernels.round_weight(kernels.pack(E, table=True), "bfloat16"),
+        jnp.asarray(E, jnp.bfloat16),
+    ):
+        look = jax.jit(lambda t, tok: kernels.embed_lookup(t, tok).astype(jnp.float32))
+        want = np.asarray(jnp.asarray(E, jnp.bfloat16).astype(jnp.float32))[np.asarray(tokens)]
+        np.testing.assert_array_equal(look(table, tokens), want)
+        shape = table.panels.shape if isinstance(table, kernels.PackedWeight) else table.shape
+        hlo = look.lower(table, tokens).compile().as_text()
+        assert f"f32[{','.join(map(str, shape))}]" not in hlo
+
+
 def test_bfloat16_weights_accumulate_in_float32(rng):
     w = jnp.asarray(rng.standard_normal((64, 48)), jnp.bfloat16)
     x = rng.standard_normal((5, 64)).astype(np.float32)
