@@ -9,7 +9,9 @@ to the C++ kernel (`packed_matmul.cc`, an XLA FFI custom call on XLA's thread po
 GPU/TPU, training, a mesh that shards the weights.
 
 A decoder laid out for decoding also sends query blocks of up to `MAX_ATTENTION_ROWS` tokens
-to `cache_attention` (`attention.cc`), which reads only each row's visible cache slots.
+to `cache_attention` (`attention.cc`), which reads only each row's visible cache slots, and a
+bfloat16 packed table's rows to `table_rows` (`packed_matmul.cc`), which widens only the rows
+it reads.
 
 `SPECJAX_CPU_KERNEL=0` turns packing off (XLA's dot everywhere: A/B runs, a fallback); the
 tokens are the same either way (float32 accumulation in both).
@@ -292,26 +294,32 @@ def cache_attention(q, cache_k, cache_v, layer: int, mask, scale: float, march: 
 
 
 def embed_lookup(table, tokens):
-    """Rows of an embedding table [V, D] (array or packed table) at tokens [...] -> [..., D]."""
+    """Rows of an embedding table [V, D] (array or packed table) at tokens [...] -> [..., D].
+
+    A bfloat16 packed table is read by the kernel (`table_rows`), which widens the rows it
+    reads to float32: XLA:CPU gathers bfloat16 in float32, converting the whole table first,
+    and in a decode loop that conversion is hoisted out of the loop, once a call (SmolLM2's
+    tied table: 28M values, a float32 copy of 113 MB and ~15-20 ms). Other tables are gathered
+    by XLA. (The kernel clamps tokens to [0, V); no valid token is outside it.)
+    """
     if not isinstance(table, PackedWeight):
-        return _as_bits(table, lambda t: jnp.take(t, tokens, axis=0))
+        return jnp.take(table, tokens, axis=0)
     if not table.table:
         raise ValueError("embed_lookup needs a table packed with table=True")
+    if table.dtype == jnp.bfloat16 and available():
+        return table_rows(table, jnp.clip(jnp.asarray(tokens), 0, table.n - 1).astype(jnp.int32))
     block, lane = tokens // LANES, tokens % LANES
-    return _as_bits(table.panels, lambda p: p[block, :, lane])  # [..., D]
+    return table.panels[block, :, lane]  # [..., D]
 
 
-def _as_bits(a, gather):
-    """gather(a), run on a's bits when a is a narrow float (bfloat16, float16).
-
-    The caller casts the rows to the model's dtype; on a float table XLA moves that cast ahead
-    of the gather, converting the whole table (a bfloat16 SmolLM2 table: 28M values, ~23 ms a
-    call, and a float32 copy held through the decode loop). Integers are gathered as they are.
-    """
-    if a.dtype.itemsize != 2:
-        return gather(a)
-    bits = gather(jax.lax.bitcast_convert_type(a, jnp.uint16))
-    return jax.lax.bitcast_convert_type(bits, a.dtype)
+def table_rows(table: PackedWeight, tokens, march: str = "native"):
+    """A bfloat16 packed table's rows at tokens [...] (in [0, V)) as float32 [..., D]."""
+    if build.load(march) is None:
+        raise RuntimeError("table_rows: the CPU kernel library is not available")
+    D = table.panels.shape[-2]
+    out = jax.ShapeDtypeStruct((*tokens.shape, D), jnp.float32)
+    call = jax.ffi.ffi_call(build.table_rows_ffi_name(march), out, vmap_method="sequential")
+    return call(table.panels, tokens)
 
 
 __all__ = [
@@ -336,6 +344,7 @@ __all__ = [
     "round_weight",
     "split_for_decode",
     "standard_layout",
+    "table_rows",
     "unpack",
 ]
 

@@ -31,6 +31,7 @@ HEADERS = (HERE / "parallel_for.h", HERE / "simd.h")
 TARGETS = {"float32": "SpecjaxPackedMatmulF32", "bfloat16": "SpecjaxPackedMatmulBF16"}
 MANY_TARGETS = {"float32": "SpecjaxPackedMatmulManyF32", "bfloat16": "SpecjaxPackedMatmulManyBF16"}
 ATTENTION = "SpecjaxCacheAttention"
+TABLE_ROWS = "SpecjaxTableRowsBF16"
 FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-w")
 
 
@@ -46,6 +47,11 @@ def ffi_name(dtype: str, march: str = "native") -> str:
 def many_ffi_name(dtype: str, march: str = "native") -> str:
     """The FFI target of several products of one activation (`kernels.matmul_many`)."""
     return f"specjax_packed_matmul_many_{dtype}{_march_suffix(march)}"
+
+
+def table_rows_ffi_name(march: str = "native") -> str:
+    """The FFI target of a bfloat16 packed table's rows, widened (`kernels.embed_lookup`)."""
+    return f"specjax_table_rows_bfloat16{_march_suffix(march)}"
 
 
 def attention_ffi_name(march: str = "native") -> str:
@@ -182,5 +188,8 @@ def _load(march: str) -> ctypes.CDLL | None:
         )
     jax.ffi.register_ffi_target(
         attention_ffi_name(march), jax.ffi.pycapsule(getattr(lib, ATTENTION)), platform="cpu"
+    )
+    jax.ffi.register_ffi_target(
+        table_rows_ffi_name(march), jax.ffi.pycapsule(getattr(lib, TABLE_ROWS)), platform="cpu"
     )
     return lib

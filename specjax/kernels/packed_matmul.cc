@@ -298,7 +298,45 @@ ffi::Error PackedMatmulMany(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   return ffi::Error::Success();
 }
 
+// Rows of a bfloat16 table packed as panels [NB, D, 16] (token t is lane t % 16 of panel
+// t / 16), widened to float32: out[r, :] = panels[t_r / 16, :, t_r % 16]. XLA:CPU runs a
+// gather of bfloat16 in float32, converting the whole table first, and a decode loop hoists
+// that conversion out of the loop: a float32 copy of the table each call. Tokens arrive
+// clamped to [0, NB * 16) (kernels.embed_lookup).
+ffi::Error TableRowsBF16(ffi::Buffer<ffi::BF16> panels, ffi::Buffer<ffi::S32> tokens,
+                         ffi::ResultBuffer<ffi::F32> out) {
+  auto pd = panels.dimensions();
+  if (pd.size() != 3 || pd[2] != kLanes) {
+    return ffi::Error::InvalidArgument("table_rows: panels must be [NB, D, 16]");
+  }
+  const int64_t NB = pd[0], D = pd[1], R = tokens.element_count();
+  if (out->element_count() != R * D) {
+    return ffi::Error::InvalidArgument("table_rows: output must hold [R, D] floats");
+  }
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(panels.untyped_data());
+  const int32_t* tok = tokens.typed_data();
+  float* dst = out->typed_data();
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t t = tok[r];
+    if (t < 0 || t >= NB * kLanes) {
+      return ffi::Error::InvalidArgument("table_rows: token out of the table's range");
+    }
+    const uint16_t* col = src + (t / kLanes) * D * kLanes + t % kLanes;
+    for (int64_t d = 0; d < D; ++d) {
+      const uint32_t bits = static_cast<uint32_t>(col[d * kLanes]) << 16;
+      std::memcpy(dst + r * D + d, &bits, sizeof(float));
+    }
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxTableRowsBF16, TableRowsBF16,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::BF16>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxPackedMatmulF32, PackedMatmul<ffi::DataType::F32>,
                               ffi::Ffi::Bind()

@@ -6,6 +6,7 @@ panel, a row or a k step misses it by orders of magnitude).
 """
 
 import logging
+import re
 
 import jax
 import jax.numpy as jnp
@@ -144,22 +145,38 @@ def test_table_layout_serves_lookups_and_the_lm_head(rng):
     assert pe.panels.size == 7 * 16 * 24  # one copy, padded to 112 rows: no second table
 
 
-def test_bfloat16_table_lookup_converts_rows_not_the_table(rng):
-    """A lookup cast to float32 (as the decoder does) gathers bfloat16 rows and widens only
-    them: XLA would otherwise widen the whole table first, once a call (a compiled program
-    with an f32 array of the table's shape is the sign)."""
-    E = rng.standard_normal((100, 24)).astype(np.float32)
+def test_bfloat16_table_rows_read_in_a_loop_without_a_copy_of_the_table(rng):
+    """A packed bfloat16 table's rows come from the kernel, widened to float32, inside a
+    decode-like loop. XLA's own gather of bfloat16 runs in float32: it widened the whole table
+    and hoisted that out of the loop (an op making an array of the table's shape is the sign)."""
+    E = rng.standard_normal((100, 24)).astype(np.float32)  # V off the tile: padded lanes
+    table = kernels.round_weight(kernels.pack(E, table=True), "bfloat16")
+    rounded = np.asarray(jnp.asarray(E, jnp.bfloat16).astype(jnp.float32))
     tokens = jnp.array([[0, 5, 99], [17, 16, 15]])
-    for table in (
-        kernels.round_weight(kernels.pack(E, table=True), "bfloat16"),
-        jnp.asarray(E, jnp.bfloat16),
-    ):
-        look = jax.jit(lambda t, tok: kernels.embed_lookup(t, tok).astype(jnp.float32))
-        want = np.asarray(jnp.asarray(E, jnp.bfloat16).astype(jnp.float32))[np.asarray(tokens)]
-        np.testing.assert_array_equal(look(table, tokens), want)
-        shape = table.panels.shape if isinstance(table, kernels.PackedWeight) else table.shape
-        hlo = look.lower(table, tokens).compile().as_text()
-        assert f"f32[{','.join(map(str, shape))}]" not in hlo
+    rows = kernels.embed_lookup(table, tokens)
+    assert rows.dtype == jnp.float32
+    np.testing.assert_array_equal(rows, rounded[np.asarray(tokens)])
+
+    def loop(t, token):
+        def step(_, carry):
+            tok, acc = carry
+            row = kernels.embed_lookup(t, tok).astype(jnp.float32)
+            return jnp.argmax(row, -1).astype(jnp.int32) * 7 % 100, acc + row
+
+        return jax.lax.fori_loop(0, 4, step, (token, jnp.zeros((1, 24), jnp.float32)))[1]
+
+    token = jnp.array([3])
+    want, tok = np.zeros((1, 24), np.float32), 3
+    for _ in range(4):
+        want += rounded[tok]
+        tok = int(np.argmax(rounded[tok])) * 7 % 100
+    looped = jax.jit(loop)
+    np.testing.assert_array_equal(looped(table, token), want)
+    shape = ",".join(map(str, table.panels.shape))
+    made = re.findall(
+        rf"= \w+\[{shape}\]\S* (\S+)\(", looped.lower(table, token).compile().as_text()
+    )
+    assert set(made) <= {"parameter", "get-tuple-element", "tuple"}, made
 
 
 def test_bfloat16_weights_accumulate_in_float32(rng):
