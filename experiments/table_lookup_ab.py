@@ -25,9 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from pathlib import Path
-
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
