@@ -16,17 +16,11 @@ batch 1, one held-out prompt, `--new` tokens; `--heads` takes several head sets 
 
 from __future__ import annotations
 
-import os
-import sys
 import tempfile
 
-_DUMP = os.environ.get("SPECJAX_STEP_OPS_DUMP")
-if _DUMP is None:  # re-run with XLA's dump of the generate program switched on
-    _DUMP = tempfile.mkdtemp(prefix="step-ops-")
-    flags = f"--xla_dump_to={_DUMP} --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*generate.*"
-    env = {**os.environ, "SPECJAX_STEP_OPS_DUMP": _DUMP}
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flags).strip()
-    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+from hlo_dump import generate_dump_dir
+
+_DUMP = generate_dump_dir("step-ops")  # before jax: re-runs with XLA's dump on
 
 import argparse  # noqa: E402
 import collections  # noqa: E402

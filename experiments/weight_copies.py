@@ -18,19 +18,13 @@ back XLA's gather for the table, to see the scan find it.
 from __future__ import annotations
 
 import glob
-import os
 import re
 import shutil
 import sys
-import tempfile
 
-_DUMP = os.environ.get("SPECJAX_WEIGHT_COPIES_DUMP")
-if _DUMP is None:  # re-run with XLA's dump of the generate program switched on
-    _DUMP = tempfile.mkdtemp(prefix="weight-copies-")
-    flags = f"--xla_dump_to={_DUMP} --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*generate.*"
-    env = {**os.environ, "SPECJAX_WEIGHT_COPIES_DUMP": _DUMP}
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flags).strip()
-    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+from hlo_dump import generate_dump_dir
+
+_DUMP = generate_dump_dir("weight-copies")  # before jax: re-runs with XLA's dump on
 
 import numpy as np  # noqa: E402
 
