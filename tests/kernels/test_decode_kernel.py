@@ -14,7 +14,7 @@ from flax import nnx
 
 import specjax as sj
 from specjax import kernels
-from specjax.decoding import engine
+from specjax.decoding import engine, state
 from specjax.kernels import layout
 
 VOCAB = 32
@@ -104,11 +104,20 @@ def test_tied_target_logits_with_and_without_packing(tied, prompts, monkeypatch)
     assert _run(tied, prompts).tokens == with_kernel
 
 
-def test_layout_made_once_and_remade_after_an_update(target):
+def test_layout_made_once_and_remade_after_an_update(target, monkeypatch):
     layout.clear_cache()
     g1, s1 = kernels.split_for_decode(target)
+    walks = []
+    split = nnx.split
+    monkeypatch.setattr(layout.nnx, "split", lambda m: walks.append(m) or split(m))
     g2, s2 = kernels.split_for_decode(target)
-    assert s2 is s1
+    assert s2 is s1 and g2 is g1
+    assert walks == []  # a hit does not walk the graph
+    _, u1 = kernels.split_for_decode(target, pack=False)
+    _, u2 = kernels.split_for_decode(target, pack=False)
+    assert u2 is u1 and len(walks) == 1  # the standard layout is cached too
+    assert isinstance(u1["layers"][0]["mlp"]["up_proj"]["kernel"][...], jax.Array)
+    monkeypatch.setattr(layout.nnx, "split", split)
     kernel = s1["layers"][0]["mlp"]["up_proj"]["kernel"][...]
     assert isinstance(kernel, kernels.PackedWeight)
     # The module keeps the standard layout (what save_hf, checkpoints and training read).
@@ -130,6 +139,24 @@ def test_layout_made_once_and_remade_after_an_update(target):
     for (pa, a), (pb, b) in zip(nnx.to_flat_state(back), nnx.to_flat_state(plain), strict=True):
         assert pa == pb
         np.testing.assert_array_equal(a[...], b[...])
+
+
+def test_static_hash_remembers_the_graphdef_hash_and_equals_a_fresh_one(target):
+    g1, _ = nnx.split(target)
+    g2, _ = nnx.split(target)  # an equal graphdef, another object
+    assert g1 is not g2 and g1 == g2
+    assert state.graphdef_hash(g1) == hash(g1) == state.graphdef_hash(g2)
+    a = state.Static(g1, sj.SamplingParams(), 32, 16, 64)
+    b = state.Static(g2, sj.SamplingParams(), 32, 16, 64)
+    assert a == b and hash(a) == hash(b)
+    c = state.Static(g1, sj.SamplingParams(), 48, 16, 64)
+    assert c != a and hash(c) != hash(a)
+    target.note_for_the_test = "a static attribute"
+    try:
+        g3, _ = nnx.split(target)
+        assert state.graphdef_hash(g3) == hash(g3) != hash(g1)
+    finally:
+        del target.note_for_the_test
 
 
 def test_compiled_once_with_the_kernel(target, prompts, configs):
