@@ -9,9 +9,12 @@ microseconds a step (profiled: read as shares) by component: the target's attent
 output shape (the LM head, a drafter's blocks and heads), and XLA's own ops by name. For
 autoregressive decoding and a trained drafter's chain (`--depth`) or tree (`--tree`), T=0,
 batch 1, one held-out prompt, `--new` tokens; `--heads` takes several head sets (name=dir).
+`--prefill`: the ops outside the loop of a 1-token call instead (the prefill and the first
+token), us a call.
 
     cd experiments && python step_ops.py --target ../workdirs/qs/target \
         --heads own=../workdirs/qs/medusa
+    cd experiments && python step_ops.py --target ../workdirs/qs/target --prefill --top 12
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ def op_names() -> dict[str, dict[str, tuple[str, str]]]:
 
 def component(name: str, op: str, shape: str) -> str:
     body = re.sub(r"layer_\d+", "layer_*", op.split("/while/body/")[-1])
+    body = body.removeprefix("jit(_generate_jit)/")
     if name.startswith("ffi_call"):
         for part in ("attention", "mlp"):
             if f"layer_*/{part}/" in body:
@@ -61,7 +65,7 @@ def component(name: str, op: str, shape: str) -> str:
     return f"XLA {body}"
 
 
-def step_ops(target, prompts, spec, new: int) -> tuple[collections.Counter, int]:
+def step_ops(target, prompts, spec, new: int, prefill: bool = False):
     run = lambda: sj.generate(target, prompts, new, stop_token_ids=[], speculative_config=spec)
     run()  # compile (and dump)
     walls = []
@@ -81,7 +85,7 @@ def step_ops(target, prompts, spec, new: int) -> tuple[collections.Counter, int]
     parts = collections.Counter()
     for e in events:
         op, shape = table.get(e["name"], ("", ""))
-        if "/while/body/" in op:
+        if op and (("/while/" not in op) if prefill else ("/while/body/" in op)):
             parts[component(e["name"], op, shape)] += e["dur"]
     return parts, out.stats, statistics.median(walls), len(events)
 
@@ -96,7 +100,14 @@ def main():
     )
     ap.add_argument("--new", type=int, default=129)
     ap.add_argument("--top", type=int, default=8, help="XLA op kinds listed")
+    ap.add_argument(
+        "--prefill",
+        action="store_true",
+        help="the ops outside the loop of a 1-token call instead (the prefill), us a call",
+    )
     args = ap.parse_args()
+    if args.prefill:
+        args.new = 1
     target = sj.load_model(args.target)
     prompts = held_out(target, 1)[:1]
     settings = {"autoregressive": None}
@@ -120,8 +131,8 @@ def main():
         f"T=0, batch 1, {len(prompts[0])}-token prompt, {args.new} new tokens; profiled us a step"
     )
     for name, spec in settings.items():
-        parts, stats, wall, n_events = step_ops(target, prompts, spec, args.new)
-        steps = stats["steps"]
+        parts, stats, wall, n_events = step_ops(target, prompts, spec, args.new, args.prefill)
+        steps = max(stats["steps"], 1)
         total = sum(parts.values()) / steps
         tau = stats["mean_accepted_length"] or 1.0
         print(

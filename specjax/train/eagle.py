@@ -89,7 +89,9 @@ def default_config() -> ml_collections.ConfigDict:
       ConfigDict: method ("eagle" or "eagle3"), target, seed, data / features / export
       (as `specjax.train.heads.default_config`'s), train (`loop.train_config`'s knobs at its
       defaults), head (fc_bias: EAGLE-1 only; tap_layers: EAGLE-3, () =
-      `default_tap_layers`; draft_vocab_size: EAGLE-3, 0 = the target's vocabulary), ttt_steps (EAGLE-3's training unroll; both methods' eval unroll),
+      `default_tap_layers`; draft_vocab_size: EAGLE-3, 0 = the target's vocabulary;
+      intermediate_size: the drafter layer's MLP width, 0 = the target's), ttt_steps
+      (EAGLE-3's training unroll; both methods' eval unroll),
       loss (decay, feature_weight, token_weight, noise: None = the method's default),
       mesh (as train_heads': the device mesh of the training step).
     """
@@ -100,7 +102,7 @@ def default_config() -> ml_collections.ConfigDict:
     config.target = ""
     config.seed = 0
     config.data = base.data
-    config.head = dict(fc_bias=False, tap_layers=(), draft_vocab_size=0)
+    config.head = dict(fc_bias=False, tap_layers=(), draft_vocab_size=0, intermediate_size=0)
     config.ttt_steps = 7
     config.loss = dict(
         decay=0.8,
@@ -135,6 +137,12 @@ def check_config(config) -> None:
         )
     if h.draft_vocab_size < 0:
         raise ValueError(f"config.head.draft_vocab_size={h.draft_vocab_size} must be >= 0")
+    width = h.get("intermediate_size", 0)
+    if not isinstance(width, int) or isinstance(width, bool) or width < 0:
+        raise ValueError(
+            f"config.head.intermediate_size={width!r} must be an int >= 0 (0: the target's "
+            "MLP width)"
+        )
 
 
 def noise_amplitude(config) -> float:
@@ -369,6 +377,8 @@ def make_head(config, target: Model, counts: np.ndarray | None = None) -> EagleH
     else:
         options["tap_layers"] = tap_layers(config, target)
         options["draft_vocab_size"] = int(h.draft_vocab_size)
+    if h.get("intermediate_size", 0):
+        options["layer"] = {"intermediate_size": int(h.intermediate_size)}
     head = EagleHead.for_target(target, config.method, seed=config.seed, **options)
     c = head.config
     if c.method == "eagle3" and c.draft_vocab_size < c.vocab_size:

@@ -84,6 +84,21 @@ def drafters(target):
     return {m: te.make_head(_config(m), target, counts) for m in ("eagle3", "eagle")}
 
 
+def test_the_drafter_layer_takes_its_mlp_width_from_the_config(target, tmp_path):
+    config = _config("eagle3")
+    config.head.intermediate_size = 24  # the tiny target's is 128
+    counts = np.random.default_rng(3).integers(0, 100, 32)
+    head = te.make_head(config, target, counts)
+    D = target.config.hidden_size
+    assert target.config.intermediate_size != 24 and head.config.layer.intermediate_size == 24
+    assert head.mlp.up_proj.kernel[...].shape == (D, 24)
+    assert head.mlp.down_proj.kernel[...].shape == (24, D)
+    sj.save_draft(head, tmp_path / "narrow")
+    back = sj.load_draft(tmp_path / "narrow", target=target)
+    assert back.config.layer.intermediate_size == 24
+    np.testing.assert_array_equal(back.mlp.down_proj.kernel[...], head.mlp.down_proj.kernel[...])
+
+
 def _rows(B=2, T=12, seed=0):
     rng = np.random.default_rng(seed)
     tokens = jnp.asarray(rng.integers(0, 32, (B, T)), jnp.int32)
@@ -387,6 +402,7 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_parameters(
         ({"head.fc_bias": True}, r"config.head.fc_bias=True: EAGLE-3's fc has no bias"),
         ({"method": "eagle", "head.draft_vocab_size": 8}, r"EAGLE-3 options"),
         ({"head.draft_vocab_size": 10_000}, r"draft_vocab_size=10000 exceeds"),
+        ({"head.intermediate_size": -4}, r"config.head.intermediate_size=-4 must be an int >= 0"),
         ({"loss.noise": -0.5}, r"config.loss.noise=-0.5 must be >= 0"),
         ({"loss.kind": "mse"}, r"config.loss.kind='mse' is not one of"),
         ({"loss.temperature": -1.0}, r"config.loss.temperature=-1.0 must be a number > 0"),
