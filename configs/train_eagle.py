@@ -12,6 +12,11 @@ On a device mesh the training step runs data- and tensor-parallel (`--config.mes
 is loaded onto the mesh, and its self-distillation and stored features are computed on it
 (with several processes, process 0 writes them to the shared workdir).
 
+Knobs of the drafter: `--config.head.draft_vocab_size=512` (EAGLE-3's reduced draft
+vocabulary), `--config.head.intermediate_size=512` (the drafter layer's MLP width; 0 = the
+target's: on the quickstart pair 512 or 256 made a step cheaper and tau lower, a wash;
+BENCHMARKS.md "An Intel Xeon"), `--config.head.tap_layers='(1, 3, 4)'`.
+
 The target is any directory `sj.load_model` loads (an HF checkpoint or a train_lm workdir).
 Then decode with the drafter:
 
