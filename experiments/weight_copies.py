@@ -52,7 +52,7 @@ def whole_weight_ops() -> list[str]:
 
 def main():
     if "--old-lookup" in sys.argv:
-        kernels.table_rows = lambda t, tok: t.panels[tok // kernels.LANES, :, tok % kernels.LANES]
+        kernels.table_rows = kernels.gather_rows
     prompts = [np.random.default_rng(0).integers(0, V, 20).tolist()]
     for tie in (True, False):
         target = sj.Decoder(BASE.replace(tie_word_embeddings=tie), seed=0)

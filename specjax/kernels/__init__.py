@@ -56,6 +56,10 @@ class PackedWeight:
     panels[..., nb, k, c] = W[..., k, 16 * nb + c] (zero past N). `n` is N; `table` marks a
     [N, K] table (a tied embedding) packed as its transpose, whose rows `embed_lookup` reads
     from the panels, so no second copy of the table is kept.
+
+    bfloat16 panels hold each pair of k-rows interleaved (`pair_rows`): in memory, k = 2i and
+    2i + 1 of a column share one 32-bit word, so the kernel widens two weights with a shift and
+    a mask (no shuffle); an odd K's last row stays as it is. Read them through `unpack`.
     """
 
     panels: jax.Array
@@ -112,7 +116,32 @@ def pack(w, *, table: bool = False) -> PackedWeight:
     NB = -(-N // LANES)
     w = jnp.pad(w, [(0, 0)] * len(G) + [(0, 0), (0, NB * LANES - N)])  # [*G, K, NB*16]
     panels = jnp.moveaxis(w.reshape(*G, K, NB, LANES), -2, -3)  # [*G, NB, K, 16]
-    return PackedWeight(panels, N, table)
+    return PackedWeight(pair_rows(panels) if panels.dtype == jnp.bfloat16 else panels, N, table)
+
+
+def pair_rows(panels):
+    """Panels [..., K, 16] with each pair of rows (2i, 2i + 1) interleaved column by column:
+    the pair's 32 values in memory are w[2i, 0], w[2i + 1, 0], w[2i, 1], ... (the layout of
+    bfloat16 panels; an odd K's last row unchanged). `unpair_rows` undoes it."""
+    *lead, K, C = panels.shape
+    even = K - K % 2
+    pairs = panels[..., :even, :].reshape(*lead, even // 2, 2, C)
+    pairs = jnp.swapaxes(pairs, -1, -2).reshape(*lead, even, C)
+    return jnp.concatenate([pairs, panels[..., even:, :]], axis=-2) if K % 2 else pairs
+
+
+def unpair_rows(panels):
+    """`pair_rows` undone: [..., K, 16] with panels[..., k, c] = W[k, c]."""
+    *lead, K, C = panels.shape
+    even = K - K % 2
+    pairs = panels[..., :even, :].reshape(*lead, even // 2, C, 2)
+    pairs = jnp.swapaxes(pairs, -1, -2).reshape(*lead, even, C)
+    return jnp.concatenate([pairs, panels[..., even:, :]], axis=-2) if K % 2 else pairs
+
+
+def _rows(w: PackedWeight):
+    """The panels with panels[..., nb, k, c] = W[..., k, 16 * nb + c], in their dtype."""
+    return unpair_rows(w.panels) if w.dtype == jnp.bfloat16 else w.panels
 
 
 # What decoding may read the declared weights in (`split_for_decode(weight_dtype=...)`):
@@ -141,7 +170,10 @@ def round_weight(w, dtype: str | None):
     if isinstance(w, PackedLayers):
         return PackedLayers(tuple(round_weight(x, dtype) for x in w.layers))
     if isinstance(w, PackedWeight):
-        return w if w.dtype == dt else PackedWeight(w.panels.astype(dt), w.n, w.table)
+        if w.dtype == dt:
+            return w
+        rows = _rows(w).astype(dt)
+        return PackedWeight(pair_rows(rows) if dt == jnp.bfloat16 else rows, w.n, w.table)
     w = jnp.asarray(w)
     if w.dtype != jnp.float32:
         return w  # already narrower (a bfloat16 model): read as stored
@@ -154,7 +186,7 @@ def unpack(w) -> jax.Array:
     if isinstance(w, PackedLayers):
         return jnp.stack([unpack(x) for x in w.layers], axis=1)
     *G, NB, K, _ = w.panels.shape
-    full = jnp.moveaxis(w.panels, -3, -2).reshape(*G, K, NB * LANES)[..., : w.n]  # [*G, K, N]
+    full = jnp.moveaxis(_rows(w), -3, -2).reshape(*G, K, NB * LANES)[..., : w.n]  # [*G, K, N]
     return full.T if w.table else full
 
 
@@ -183,7 +215,7 @@ def _kernel(x, w: PackedWeight, march: str = "native"):
 def _xla(x, w: PackedWeight):
     """x [G, T, K] -> [G, T, N] with XLA's dot over the panels as stored."""
     G, T, _ = x.shape
-    panels = w.panels.reshape(G, *w.panels.shape[-3:])  # [G, NB, K, 16]
+    panels = _rows(w).reshape(G, *w.panels.shape[-3:])  # [G, NB, K, 16]
     y = jnp.einsum("gtk,gbkc->gtbc", x, panels.astype(x.dtype), preferred_element_type=x.dtype)
     return y.reshape(G, T, -1)[..., : w.n]
 
@@ -308,12 +340,29 @@ def embed_lookup(table, tokens):
         raise ValueError("embed_lookup needs a table packed with table=True")
     if table.dtype == jnp.bfloat16 and available():
         return table_rows(table, jnp.clip(jnp.asarray(tokens), 0, table.n - 1).astype(jnp.int32))
+    return gather_rows(table, tokens)
+
+
+def gather_rows(table: PackedWeight, tokens):
+    """A packed table's rows at tokens [...] by XLA's gather from the panels, in their dtype
+    (`embed_lookup` without the kernel; on bfloat16 XLA:CPU converts the whole table)."""
     block, lane = tokens // LANES, tokens % LANES
-    return table.panels[block, :, lane]  # [..., D]
+    if table.dtype != jnp.bfloat16:
+        return table.panels[block, :, lane]  # [..., D]
+    # Paired rows (`pair_rows`): (k, c) sits at row 2 (k // 2) + c // 8, column 2 (c % 8) + k % 2
+    # of its panel for k below the last pair, where it is; gathered so, not unpaired (a copy).
+    K = table.k
+    d = jnp.arange(K)
+    paired = d < K - K % 2
+    lane, block = lane[..., None], block[..., None]
+    row = jnp.where(paired, (d // 2) * 2 + lane // (LANES // 2), d)
+    col = jnp.where(paired, (lane % (LANES // 2)) * 2 + d % 2, lane)
+    return table.panels[block, row, col]  # [..., D]
 
 
 def table_rows(table: PackedWeight, tokens, march: str = "native"):
-    """A bfloat16 packed table's rows at tokens [...] (in [0, V)) as float32 [..., D]."""
+    """A bfloat16 packed table's rows at tokens [...] (in [0, V)) as float32 [..., D]
+    (the panels' row pairs interleaved, as `pack` lays bfloat16 out)."""
     if build.load(march) is None:
         raise RuntimeError("table_rows: the CPU kernel library is not available")
     D = table.panels.shape[-2]
@@ -336,16 +385,19 @@ __all__ = [
     "check_weight_dtype",
     "clear_cache",
     "embed_lookup",
+    "gather_rows",
     "layer",
     "matmul",
     "pack",
     "pack_layers",
+    "pair_rows",
     "per_group_matmul",
     "round_weight",
     "split_for_decode",
     "standard_layout",
     "table_rows",
     "unpack",
+    "unpair_rows",
 ]
 
 

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "parallel_for.h"
 #include "simd.h"
@@ -87,6 +88,19 @@ inline vf loadv(const uint16_t* p) {
   return v;
 }
 
+// bfloat16 panels hold each pair of k-rows interleaved (`kernels.pair_rows`): the words of a
+// row pair are (w[k][c], w[k + 1][c]) column by column, so one load of kVecLanes words gives
+// both rows' values of kVecLanes columns, widened by a shift (k) and a mask (k + 1), two ALU
+// ops per two vectors; a zero-extend per vector (a shuffle) is what widening one row costs.
+inline void loadv_pair(const uint16_t* p, vf& lo, vf& hi) {
+  typedef uint32_t u32x __attribute__((vector_size(kVecLanes * 4)));
+  u32x words;
+  std::memcpy(&words, p, sizeof(words));
+  const u32x a = words << 16, b = words & 0xFFFF0000u;
+  std::memcpy(&lo, &a, sizeof(lo));
+  std::memcpy(&hi, &b, sizeof(hi));
+}
+
 struct Problem {
   const float* x;
   const void* w;
@@ -107,7 +121,30 @@ void tile(const Problem& p, int64_t g, int64_t nb, int64_t r0) {
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) acc[r][v] = vf{};
-  for (int64_t k = 0; k < K; ++k) {
+  int64_t k0 = 0;
+  if constexpr (std::is_same_v<W, uint16_t>) {
+    // Row pairs: k, then k + 1, each summed in k order as below.
+    for (; k0 + 1 < K; k0 += 2) {
+      vf w0[V], w1[V];
+#pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) {
+        loadv_pair(w + ((v / kSub) * K + k0) * kLanes + (v % kSub) * kVecLanes * 2, w0[v], w1[v]);
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const float xr = x[r * K + k0];
+#pragma GCC unroll 8
+        for (int v = 0; v < V; ++v) acc[r][v] += xr * w0[v];
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const float xr = x[r * K + k0 + 1];
+#pragma GCC unroll 8
+        for (int v = 0; v < V; ++v) acc[r][v] += xr * w1[v];
+      }
+    }
+  }
+  for (int64_t k = k0; k < K; ++k) {  // float32 rows; an odd K's last bfloat16 row
     vf wk[V];
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) {
@@ -299,7 +336,7 @@ ffi::Error PackedMatmulMany(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
 }
 
 // Rows of a bfloat16 table packed as panels [NB, D, 16] (token t is lane t % 16 of panel
-// t / 16), widened to float32: out[r, :] = panels[t_r / 16, :, t_r % 16]. XLA:CPU runs a
+// t / 16, its row pairs interleaved), widened to float32: out[r, d] = W[t_r, d]. XLA:CPU runs a
 // gather of bfloat16 in float32, converting the whole table first, and a decode loop hoists
 // that conversion out of the loop: a float32 copy of the table each call. Tokens arrive
 // clamped to [0, NB * 16) (kernels.embed_lookup).
@@ -321,9 +358,11 @@ ffi::Error TableRowsBF16(ffi::Buffer<ffi::BF16> panels, ffi::Buffer<ffi::S32> to
     if (t < 0 || t >= NB * kLanes) {
       return ffi::Error::InvalidArgument("table_rows: token out of the table's range");
     }
-    const uint16_t* col = src + (t / kLanes) * D * kLanes + t % kLanes;
-    for (int64_t d = 0; d < D; ++d) {
-      const uint32_t bits = static_cast<uint32_t>(col[d * kLanes]) << 16;
+    const uint16_t* panel = src + (t / kLanes) * D * kLanes;
+    const int64_t c = t % kLanes, even = D - D % 2;
+    for (int64_t d = 0; d < D; ++d) {  // row pairs interleaved (kernels.pair_rows)
+      const int64_t at = d < even ? (d / 2) * 2 * kLanes + 2 * c + d % 2 : d * kLanes + c;
+      const uint32_t bits = static_cast<uint32_t>(panel[at]) << 16;
       std::memcpy(dst + r * D + d, &bits, sizeof(float));
     }
   }

@@ -179,6 +179,39 @@ def test_bfloat16_table_rows_read_in_a_loop_without_a_copy_of_the_table(rng):
     assert set(made) <= {"parameter", "get-tuple-element", "tuple"}, made
 
 
+@pytest.mark.parametrize("K", [7, 24])
+def test_bfloat16_panels_pair_their_rows(K, rng, monkeypatch):
+    """bfloat16 panels interleave each pair of k-rows column by column (the kernel widens a
+    pair with a shift and a mask); an odd K's last row stays as it is. Products on the native
+    and the AVX2 build, the table's rows through the kernel and through XLA's gather, and the
+    standard layout back, all exact or against float64."""
+    w = jnp.asarray(rng.standard_normal((2, K, 37)), jnp.bfloat16)
+    pw = kernels.pack(w)
+    panel = np.asarray(pw.panels[0, 0].astype(jnp.float32))  # [K, 16], the first panel
+    wf = np.asarray(w[0].astype(jnp.float32))
+    assert panel[0, 0] == wf[0, 0] and panel[0, 1] == wf[1, 0] and panel[0, 2] == wf[0, 1]
+    assert panel[1, 0] == wf[0, 8] and panel[1, 1] == wf[1, 8]
+    if K % 2:
+        np.testing.assert_array_equal(panel[K - 1], wf[K - 1, :16])
+    np.testing.assert_array_equal(kernels.unpack(pw), w)
+    ref_w = np.asarray(w.astype(jnp.float32), np.float64)
+    for march in ("native", "haswell"):
+        assert build.load(march) is not None
+        f = jax.jit(lambda a, b, m=march: kernels._kernel(a, b, march=m))
+        for T in (1, 3, 8, 13):
+            x = rng.standard_normal((2, T, K)).astype(np.float32)
+            ref = np.einsum("gtk,gkn->gtn", x.astype(np.float64), ref_w)
+            assert _rel_err(f(x, pw), ref) < 1e-5, (march, T)
+    E = rng.standard_normal((50, K)).astype(np.float32)
+    table = kernels.round_weight(kernels.pack(E, table=True), "bfloat16")
+    rounded = np.asarray(jnp.asarray(E, jnp.bfloat16).astype(jnp.float32))
+    tokens = jnp.array([[0, 9, 49], [17, 16, 8]])
+    np.testing.assert_array_equal(kernels.embed_lookup(table, tokens), rounded[np.asarray(tokens)])
+    monkeypatch.setenv(kernels.ENV, "0")  # XLA's gather over the paired panels
+    np.testing.assert_array_equal(kernels.embed_lookup(table, tokens), rounded[np.asarray(tokens)])
+    np.testing.assert_array_equal(kernels.unpack(table), rounded)
+
+
 def test_bfloat16_weights_accumulate_in_float32(rng):
     w = jnp.asarray(rng.standard_normal((64, 48)), jnp.bfloat16)
     x = rng.standard_normal((5, 64)).astype(np.float32)
