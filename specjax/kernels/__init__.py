@@ -123,18 +123,19 @@ def pair_rows(panels):
     """Panels [..., K, 16] with each pair of rows (2i, 2i + 1) interleaved column by column:
     the pair's 32 values in memory are w[2i, 0], w[2i + 1, 0], w[2i, 1], ... (the layout of
     bfloat16 panels; an odd K's last row unchanged). `unpair_rows` undoes it."""
-    *lead, K, C = panels.shape
-    even = K - K % 2
-    pairs = panels[..., :even, :].reshape(*lead, even // 2, 2, C)
-    pairs = jnp.swapaxes(pairs, -1, -2).reshape(*lead, even, C)
-    return jnp.concatenate([pairs, panels[..., even:, :]], axis=-2) if K % 2 else pairs
+    return _swap_pairs(panels, (2, panels.shape[-1]))
 
 
 def unpair_rows(panels):
     """`pair_rows` undone: [..., K, 16] with panels[..., k, c] = W[k, c]."""
+    return _swap_pairs(panels, (panels.shape[-1], 2))
+
+
+def _swap_pairs(panels, pair_shape):
+    """Each pair of rows viewed as `pair_shape` and transposed (an odd K's last row kept)."""
     *lead, K, C = panels.shape
     even = K - K % 2
-    pairs = panels[..., :even, :].reshape(*lead, even // 2, C, 2)
+    pairs = panels[..., :even, :].reshape(*lead, even // 2, *pair_shape)
     pairs = jnp.swapaxes(pairs, -1, -2).reshape(*lead, even, C)
     return jnp.concatenate([pairs, panels[..., even:, :]], axis=-2) if K % 2 else pairs
 
