@@ -205,18 +205,19 @@ def available() -> bool:
 
 
 def _kernel(x, w: PackedWeight, march: str = "native"):
-    """x [G, T, K] float32 -> [G, T, N] float32 through the FFI custom call."""
+    """x [G, T, K] float32 -> [G, T, N] float32 through the FFI custom call; w may hold more
+    than G matrices (the kernel reads the first G: no slice of the stack is copied)."""
     G, T, _ = x.shape
     name = build.ffi_name("bfloat16" if w.dtype == jnp.bfloat16 else "float32", march)
     out = jax.ShapeDtypeStruct((G, T, w.n), jnp.float32)
-    panels = w.panels.reshape(G, *w.panels.shape[-3:])
+    panels = w.panels.reshape(-1, *w.panels.shape[-3:])
     return jax.ffi.ffi_call(name, out, vmap_method="sequential")(x, panels, **_tiling())
 
 
 def _xla(x, w: PackedWeight):
-    """x [G, T, K] -> [G, T, N] with XLA's dot over the panels as stored."""
+    """x [G, T, K] -> [G, T, N] with XLA's dot over the panels as stored (the first G)."""
     G, T, _ = x.shape
-    panels = _rows(w).reshape(G, *w.panels.shape[-3:])  # [G, NB, K, 16]
+    panels = _rows(w).reshape(-1, *w.panels.shape[-3:])[:G]  # [G, NB, K, 16]
     y = jnp.einsum("gtk,gbkc->gtbc", x, panels.astype(x.dtype), preferred_element_type=x.dtype)
     return y.reshape(G, T, -1)[..., : w.n]
 
@@ -277,11 +278,13 @@ def per_group_matmul(x, w):
     """x [..., G, K] with w [G, K, N] (array) or a PackedWeight batched over G -> [..., G, N].
 
     Group g's rows (every leading index) multiply w[g]: Medusa's K heads, each its own weights.
+    A PackedWeight may hold more groups than x: x's G groups multiply its first G (the kernel
+    reads them in place; Medusa's first n heads).
     """
     if not isinstance(w, PackedWeight):
         return jnp.einsum("...gk,gkn->...gn", x, w.astype(x.dtype))
     G, K = x.shape[-2:]
-    if w.batch_shape != (G,):
+    if len(w.batch_shape) != 1 or w.batch_shape[0] < G:
         raise ValueError(f"per_group_matmul: x has {G} groups, the weight {w.batch_shape}")
     lead = x.shape[:-2]
     xg = jnp.moveaxis(x.reshape(-1, G, K), 1, 0)  # [G, R, K]

@@ -19,7 +19,8 @@
 // tiles (`PackedMatmulMany`): one call's cost and one wake of the other thread, not one each.
 //
 // Buffers (float32 or bfloat16 weights, float32 activations and outputs, row-major):
-//   x [G, T, K], packed [G, NB, K, 16], y [G, T, N] with NB = ceil(N / 16).
+//   x [G, T, K], packed [Gw, NB, K, 16], y [G, T, N] with NB = ceil(N / 16) and Gw >= G:
+//   the first G matrices are used (Medusa's first n heads, no slice of the stack copied).
 
 #include <algorithm>
 #include <cstdint>
@@ -256,7 +257,7 @@ ffi::Error make_job(const float* x, const void* w, bool bf16, ffi::Span<const in
     return ffi::Error::InvalidArgument("packed_matmul: expected x[G,T,K], w[G,NB,K,16], y[G,T,N]");
   }
   const int64_t G = xd[0], T = xd[1], K = xd[2], N = yd[2], NB = wd[1];
-  if (wd[0] != G || wd[2] != K || wd[3] != kLanes || yd[0] != G || yd[1] != T ||
+  if (wd[0] < G || wd[2] != K || wd[3] != kLanes || yd[0] != G || yd[1] != T ||
       NB != (N + kLanes - 1) / kLanes) {
     return ffi::Error::InvalidArgument("packed_matmul: x, w and y shapes disagree");
   }

@@ -256,3 +256,22 @@ def _dtypes(x):
     if isinstance(x, kernels.PackedLayers):
         return {w.dtype for w in x.layers}
     return {x.dtype}
+
+
+@pytest.mark.parametrize("shared_lm_head", [True, False])
+def test_packed_medusa_heads_compute_only_the_heads_asked_for(target, shared_lm_head):
+    # With packed weights the first n heads are computed alone (the kernel reads their
+    # matrices in place); their logits equal those of all heads, sliced.
+    heads = sj.MedusaHeads.for_target(target, num_heads=4, shared_lm_head=shared_lm_head)
+    heads.w[...] = 0.3 * jax.random.normal(jax.random.key(4), heads.w[...].shape)
+    graphdef, params = layout.split_for_decode(heads)
+    packed = nnx.merge(graphdef, params)
+    assert isinstance(packed.w[...], kernels.PackedLayers)
+    h = jax.random.normal(jax.random.key(5), (3, target.config.hidden_size))
+    every = np.asarray(jax.jit(lambda h: packed(h))(h))  # [3, 4, V]
+    jaxpr = str(jax.make_jaxpr(lambda h: packed.draft_logits(h, 2))(h))
+    assert "f32[2,3," in jaxpr and "f32[4,3," not in jaxpr  # two groups of rows, not four
+    for n in (1, 2, 4):
+        first = np.asarray(jax.jit(lambda h, n=n: packed(h, n))(h))
+        np.testing.assert_allclose(first, every[:, :n], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(every, np.asarray(heads(h)), rtol=1e-4, atol=1e-4)

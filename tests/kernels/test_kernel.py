@@ -134,6 +134,23 @@ def test_per_group_product_and_layers(rng):
     np.testing.assert_array_equal(kernels.unpack(stack), w)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_per_group_product_reads_the_first_groups(dtype, rng, monkeypatch):
+    # x with 2 groups against a stack of 4: the kernel reads the first two matrices in place,
+    # XLA's fallback slices them; both as a 2-matrix stack would give.
+    x = rng.standard_normal((3, 2, 40)).astype(np.float32)
+    w = rng.standard_normal((4, 40, 70)).astype(np.float32)
+    stack = kernels.round_weight(kernels.pack(w), None if dtype == "float32" else dtype)
+    first = np.asarray(kernels.unpack(stack), np.float64)[:2]  # the weights as rounded
+    ref = np.einsum("bgk,gkn->bgn", x.astype(np.float64), first)
+    y = jax.jit(kernels.per_group_matmul)(x, stack)
+    assert y.shape == (3, 2, 70) and _rel_err(y, ref) < 1e-5
+    monkeypatch.setenv(kernels.ENV, "0")
+    assert _rel_err(jax.jit(kernels.per_group_matmul)(x, stack), ref) < 1e-5
+    with pytest.raises(ValueError, match="x has 5 groups"):
+        kernels.per_group_matmul(np.zeros((1, 5, 40), np.float32), stack)
+
+
 def test_table_layout_serves_lookups_and_the_lm_head(rng):
     E = rng.standard_normal((100, 24)).astype(np.float32)  # [V, D], V off the tile
     pe = kernels.pack(E, table=True)
