@@ -1,9 +1,12 @@
 """Tree topologies: buffers against hand-computed arrays, builders, validation."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from specjax.decoding import trees
+from specjax.decoding.proposers import tree_drafting
 from specjax.decoding.topology import MAX_TREE_NODES
 
 
@@ -161,3 +164,21 @@ def test_sparse_tree_smooths_noisy_accuracies_and_refuses_bad_input():
         trees.sparse_tree([[0.5, -0.1]], 2)
     with pytest.raises(ValueError, match="only 2 candidates exist"):
         trees.sparse_tree([[0.5, 0.1]], 3)
+
+
+def test_a_chain_level_ranks_as_top_k_does():
+    # A chain's level takes each parent's best by a reduction, not a sort: the same token
+    # (ties to the lower id) and the same validity (a row of -inf has no draft) as top_k.
+    scores = jnp.array(
+        [
+            [[0.5, 2.0, 2.0, -1.0], [-jnp.inf] * 4],
+            [[3.0, -jnp.inf, 3.0, 1.0], [0.0, 0.0, 0.0, 0.0]],
+        ]
+    )  # [B=2, n=2, V=4]
+    key = jax.random.split(jax.random.key(0), 2)
+    tokens, ok = tree_drafting.children(scores, (0, 1), (0, 0), key, 1, sampled=False)
+    score, top = jax.lax.top_k(scores, 1)
+    _eq(tokens, top[..., 0])
+    _eq(ok, jnp.isfinite(score[..., 0]))
+    _eq(tokens, [[1, 0], [0, 0]])
+    _eq(ok, [[True, False], [True, True]])

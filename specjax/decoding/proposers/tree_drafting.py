@@ -72,7 +72,11 @@ def children(q_logp, parent_idx, ranks, key, first_node: int, sampled: bool):
         tokens = jax.vmap(row)(key, q_logp).astype(jnp.int32)  # [B, c]
         return tokens, jnp.ones(tokens.shape, bool)  # a sample has positive probability
     k = max(ranks) + 1
-    score, top = jax.lax.top_k(q_logp, k)  # [B, n, k]; ties keep the lower id first
+    if k == 1:  # a chain's level: a reduction, not XLA:CPU's top_k (a sort)
+        score = jnp.max(q_logp, axis=-1, keepdims=True)  # [B, n, 1]; NaN where a row has one
+        top = sp.greedy_argmax(q_logp)[..., None]  # [B, n, 1]; ties: the lower id
+    else:
+        score, top = jax.lax.top_k(q_logp, k)  # [B, n, k]; ties keep the lower id first
     sel = (slice(None), parent, jnp.asarray(ranks))
     return top[sel].astype(jnp.int32), jnp.isfinite(score[sel])  # [B, c] each
 
