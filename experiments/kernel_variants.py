@@ -1,7 +1,8 @@
 """Variants of the few-row kernel A/B in one process: compiler flags and the tiling attribute.
 
 A variant is `name="SPEC"`: compiler flags added to the kernels' build (e.g. `-DNAME=1`; each
-distinct set its own library, its float32 matmul under its own FFI name) and/or
+distinct set its own library, its matmul under its own FFI name; `--dtype bfloat16` times
+bfloat16 panels) and/or
 `wide_rows=N`, the call's tiling attribute (`kernels.WIDE_ROWS`: rows up to which the wide
 tiles run; absent: the build's default). By default it times L products y = x @ W_l of one
 shape in one jit, like `kernel_throughput.py`, us a product; the variants and the rows T run
@@ -41,8 +42,9 @@ from specjax import kernels
 from specjax.kernels import build
 
 
-def build_variant(name: str, flags: str, out_dir: Path) -> str:
-    """Compile the kernels with `flags` added; register the float32 matmul; its FFI name."""
+def build_variant(name: str, flags: str, out_dir: Path, dtype: str = "float32") -> str:
+    """Compile the kernels with `flags` added; register the matmul over `dtype` weights; its
+    FFI name."""
     compiler = build._compiler()
     if compiler is None:
         raise SystemExit("needs a C++ compiler (set $CXX)")
@@ -51,8 +53,8 @@ def build_variant(name: str, flags: str, out_dir: Path) -> str:
            *map(str, build.SOURCES), "-o", str(lib_path)]  # fmt: skip
     subprocess.run(cmd, check=True)
     lib = ctypes.CDLL(str(lib_path))
-    ffi_name = f"specjax_variant_{name}_f32"
-    symbol = build.TARGETS["float32"]
+    ffi_name = f"specjax_variant_{name}_{dtype}"
+    symbol = build.TARGETS[dtype]
     jax.ffi.register_ffi_target(ffi_name, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
     return ffi_name
 
@@ -160,6 +162,12 @@ def main():
     )
     ap.add_argument("--shape", type=int, nargs=2, default=[384, 1024], metavar=("K", "N"))
     ap.add_argument("--matrices", type=int, default=18)
+    ap.add_argument(
+        "--dtype",
+        default="float32",
+        choices=sorted(build.TARGETS),
+        help="the weights' dtype (the activations float32)",
+    )
     ap.add_argument("--T", type=int, nargs="+", default=[1, 2, 3, 5, 6, 8, 9, 12, 16])
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--calls", type=int, default=20)
@@ -169,14 +177,14 @@ def main():
         return engine(args, variants)
     K, N = args.shape
     rng = np.random.default_rng(0)
-    ws = [kernels.pack(jnp.asarray(rng.standard_normal((K, N)), jnp.float32))
+    ws = [kernels.pack(jnp.asarray(rng.standard_normal((K, N)), args.dtype))
           for _ in range(args.matrices)]  # fmt: skip
     xs = {T: jnp.asarray(rng.standard_normal((1, T, K)), jnp.float32) for T in args.T}
     with tempfile.TemporaryDirectory() as tmp:
         libs, fns = {}, {}
         for name, flags, wide in variants:
             if flags not in libs:
-                libs[flags] = build_variant(f"lib{len(libs)}", flags, Path(tmp))
+                libs[flags] = build_variant(f"lib{len(libs)}", flags, Path(tmp), args.dtype)
             f = libs[flags]
             fns[name] = jax.jit(lambda x, ws, f=f, wide=wide: [product(f, x, w, wide) for w in ws])
         want = {T: np.asarray(xs[T][0] @ kernels.unpack(ws[0])) for T in args.T}
@@ -194,7 +202,9 @@ def main():
                     jax.block_until_ready(fns[v](xs[T], ws))
                 times[v, T].append((time.perf_counter() - start) / args.calls / args.matrices)
     base = next(iter(fns))
-    print(f"{args.matrices} products of {K} x {N} ({args.matrices * K * N * 4 / 1e6:.0f} MB), "
+    size = jnp.dtype(args.dtype).itemsize
+    print(f"{args.matrices} {args.dtype} products of {K} x {N} "
+          f"({args.matrices * K * N * size / 1e6:.0f} MB), "
           f"us a product (median of {args.repeats}); ratio to {base!r}")  # fmt: skip
     print("  T " + "".join(f"{v:>18s}" for v in fns))
     for T in args.T:
