@@ -32,7 +32,9 @@ min wall in all, pip included):
                                                      blocks, 1200 steps since 2026-12-07
                                                      (2.0 min)
   4 EAGLE-3 drafter             2 min     1.7 min    taps stored once, 120 steps, 3-step TTT;
-                                                     240 steps since 2026-12-07 (2.1-2.2 min)
+                                                     240 steps since 2026-12-07 (2.1-2.2 min);
+                                                     360 steps of a 4-step TTT since
+                                                     2026-12-07 (6)
   5 benchmark + decode timing   7 min     6.3 min    6 methods x batch {1, 8} x T {0, 1}, one
                                                      AR baseline per cell, 3 prompts a category
                                                      x 3 repeats; tau vs N at N = 1, 2, 4
@@ -113,7 +115,6 @@ def get_config(arg=None):
     # EAGLE-3 on the same self-distilled rows (cached by the first trainer), its three layer
     # taps stored once; a shorter training-time-test unroll than the paper's 7.
     config.eagle3 = train_eagle.get_config()
-    config.eagle3.ttt_steps = 3
     # A draft vocabulary of the 512 ids the rows use most (EAGLE-3's d2t): the drafter's LM
     # head a quarter of the size, and held-out tau up (chain 3: 2.27 -> 2.62, step 2.17 ->
     # 2.00 AR steps; BENCHMARKS.md "A Zen 4 EPYC, fourth session").
@@ -121,10 +122,15 @@ def get_config(arg=None):
     config.eagle3.train.update(num_steps=120, eval_every=60, checkpoint_every=60)
     # The same 512 rows as the heads (one self-distillation), 240 steps at 3e-3: held-out top-1
     # .755 / .754 / .714 -> .82 / .81 / .80, tau on 24 held-out prompts chain 3 2.70 -> 2.91,
-    # the (4, 2, 6) dynamic tree 3.26 -> 3.67 (experiments/LOG.md 2026-12-07 (2)).
+    # the (4, 2, 6) dynamic tree 3.26 -> 3.67 (experiments/LOG.md 2026-12-07 (2)). Then a
+    # 4-step training-time test (the bench drafts chains of 4: a 3-step unroll never trained
+    # the fourth) and 360 steps: chain-4 tau on those prompts 3.17 -> 3.70, about 1.5 minutes
+    # more (480 steps of 3: 3.59; 480 of 4: 3.82, 3 minutes more; experiments/LOG.md
+    # 2026-12-07 (6)).
+    config.eagle3.ttt_steps = 4
     config.eagle3.data.num_prompts = config.medusa.data.get_ref("num_prompts")
-    config.eagle3.train.update(num_steps=240, learning_rate=3e-3, eval_every=120,
-                               checkpoint_every=120)  # fmt: skip
+    config.eagle3.train.update(num_steps=360, learning_rate=3e-3, eval_every=180,
+                               checkpoint_every=180)  # fmt: skip
     config.bench = bench_default_config()
     # Every registered method whose draft the quickstart trains (EAGLE-1's drafter is not:
     # eagle1 / eagle2 need `configs/train_eagle.py` run apart); the autoregressive baseline

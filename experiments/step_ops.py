@@ -10,11 +10,14 @@ output shape (the LM head, a drafter's blocks and heads), and XLA's own ops by n
 autoregressive decoding and a trained drafter's chain (`--depth`) or tree (`--tree`), T=0,
 batch 1, one held-out prompt, `--new` tokens; `--heads` takes several head sets (name=dir).
 `--prefill`: the ops outside the loop of a 1-token call instead (the prefill and the first
-token), us a call.
+token), us a call. `--detail`: every op by its name and result shape instead of by component
+(an EAGLE drafter's ops carry no module path); `--batch B`: B held-out prompts together.
 
     cd experiments && python step_ops.py --target ../workdirs/qs/target \
         --heads own=../workdirs/qs/medusa
     cd experiments && python step_ops.py --target ../workdirs/qs/target --prefill --top 12
+    cd experiments && python step_ops.py --target ../workdirs/qs/target \
+        --heads e3=../workdirs/qs/eagle3 --detail --top 30
 """
 
 from __future__ import annotations
@@ -54,9 +57,12 @@ def op_names() -> dict[str, dict[str, tuple[str, str]]]:
     return modules
 
 
-def component(name: str, op: str, shape: str) -> str:
+def component(name: str, op: str, shape: str, detail: bool = False) -> str:
     body = re.sub(r"layer_\d+", "layer_*", op.split("/while/body/")[-1])
     body = body.removeprefix("jit(_generate_jit)/")
+    if detail:  # every op by its name and result shape (a drafter's ops carry no module path)
+        kind = "kernel" if name.startswith("ffi_call") else "XLA"
+        return f"{kind} {body[-70:]} {shape.split('{')[0][:40]}"
     if name.startswith("ffi_call"):
         for part in ("attention", "mlp"):
             if f"layer_*/{part}/" in body:
@@ -65,7 +71,7 @@ def component(name: str, op: str, shape: str) -> str:
     return f"XLA {body}"
 
 
-def step_ops(target, prompts, spec, new: int, prefill: bool = False):
+def step_ops(target, prompts, spec, new: int, prefill: bool = False, detail: bool = False):
     run = lambda: sj.generate(target, prompts, new, stop_token_ids=[], speculative_config=spec)
     run()  # compile (and dump)
     walls = []
@@ -86,7 +92,7 @@ def step_ops(target, prompts, spec, new: int, prefill: bool = False):
     for e in events:
         op, shape = table.get(e["name"], ("", ""))
         if op and (("/while/" not in op) if prefill else ("/while/body/" in op)):
-            parts[component(e["name"], op, shape)] += e["dur"]
+            parts[component(e["name"], op, shape, detail)] += e["dur"]
     return parts, out.stats, statistics.median(walls), len(events)
 
 
@@ -105,11 +111,17 @@ def main():
         action="store_true",
         help="the ops outside the loop of a 1-token call instead (the prefill), us a call",
     )
+    ap.add_argument(
+        "--detail",
+        action="store_true",
+        help="every op by name and result shape, not by component (--top: how many)",
+    )
+    ap.add_argument("--batch", type=int, default=1, help="held-out prompts decoded together")
     args = ap.parse_args()
     if args.prefill:
         args.new = 1
     target = sj.load_model(args.target)
-    prompts = held_out(target, 1)[:1]
+    prompts = held_out(target, args.batch)[: args.batch]
     settings = {"autoregressive": None}
     for item in args.heads:
         name, path = item.split("=", 1)
@@ -128,10 +140,13 @@ def main():
             }
     print("cpu:", build.cpu_description())
     print(
-        f"T=0, batch 1, {len(prompts[0])}-token prompt, {args.new} new tokens; profiled us a step"
+        f"T=0, batch {len(prompts)}, {len(prompts[0])}-token prompts, {args.new} new tokens; "
+        "profiled us a step"
     )
     for name, spec in settings.items():
-        parts, stats, wall, n_events = step_ops(target, prompts, spec, args.new, args.prefill)
+        parts, stats, wall, n_events = step_ops(
+            target, prompts, spec, args.new, args.prefill, args.detail
+        )
         steps = max(stats["steps"], 1)
         total = sum(parts.values()) / steps
         tau = stats["mean_accepted_length"] or 1.0
