@@ -1,7 +1,8 @@
 """EAGLE-3 drafters with a narrower MLP, trained as the quickstart trains its own.
 
 For each width in `--widths`, the quickstart's EAGLE-3 stage (`configs/quickstart.py`'s
-`eagle3` section: 240 steps at 3e-3, a 3-step training-time test, 512 draft ids) on a finished
+`eagle3` section as it stands; the recorded runs were 240 steps at 3e-3 of a 3-step
+training-time test, 512 draft ids, the section until 2026-12-07 (6)) on a finished
 quickstart workdir's target and its shared self-distilled rows (`<workdir>/distill`, so no row
 is generated again), with `head.intermediate_size` set (0 = the target's width), into
 `<out>/e3_f<width>`. Compare the drafters with `heads_ab.py --depth 3 --dynamic 4,2,6`.
