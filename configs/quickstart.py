@@ -57,8 +57,9 @@ min wall in all, pip included):
   eagle3 1.23x; alternated in one process the Medusa chain 1.62x -> 1.70x, EAGLE-3's
   dynamic tree 0.97x -> 1.10x. On a 2-core Intel Xeon (AVX-512) with the host set-up cut and
   EAGLE-3's 4-step training-time test (2026-12-07, 15.8 min; BENCHMARKS.md "An Intel Xeon,
-  tenth session"): medusa_chain 3.71, 1.90-1.92x; eagle3_chain 3.50, 1.37-1.46x; eagle3
-  3.90, 1.30-1.34x; ngram 1.36-1.45x; at batch 8 medusa_chain 0.85-0.89x.
+  tenth session", the run and two bench re-runs): medusa_chain 3.71, 1.90-2.05x;
+  eagle3_chain 3.50, 1.37-1.50x; eagle3 3.90, 1.30-1.41x; ngram 1.36-1.53x; at batch 8
+  medusa_chain 0.85-0.89x.
   tiny     ~1.5 min wall. 2x64 target and 1x32 draft, 120 steps each on the synthetic
            pair-cycle corpus (`specjax.data.pair_cycle_records`, which a tiny target learns
            and then continues deterministically), tiny heads (60 steps), 8 prompts of 16
