@@ -152,6 +152,11 @@ def get_config(arg=None):
     # draft LM's chain 2.00 -> 1.87 (experiments/weight_dtype_ab.py, BENCHMARKS.md "Weights
     # read in bfloat16").
     config.bench.draft_weight_dtype = "bfloat16"
+    # At batch 8 the chains draft 2, not 4: a verified row costs more there (a 24-row step of
+    # the Medusa chain of 2 is ~2.1 AR steps of 8 rows), and in three runs of
+    # experiments/batch_depth.py on an Intel Xeon the Medusa chain of 2 ran 0.93-1.01x where
+    # the chain of 4 ran 0.75-0.91x (LOG.md 2026-12-07 (6)). The dynamic tree keeps its depth.
+    config.bench.depth_at_batch = ((8, 2),)
     if variant == "tiny":
         _tiny(config)
     _shared_data(config)
@@ -187,6 +192,7 @@ def _tiny(config: ml_collections.ConfigDict) -> None:
     config.bench.dynamic_tree.update(depth=4, top_k=2, total_tokens=6)
     config.bench.update(
         batch_sizes=(1,),
+        depth_at_batch=(),
         temperatures=(0.0, 1.0),
         max_new_tokens=16,  # prompt + generation within the target's 32 training positions
         prompt_tokens=16,

@@ -35,7 +35,8 @@ def default_config() -> ml_collections.ConfigDict:
       A ConfigDict: target / draft (checkpoint directories, "" = unset), weight_dtype (the
       target's weights as read: "" or "bfloat16"), heads, methods and the method knobs (`methods.method_knobs`: num_speculative_tokens, draft_tree,
       prompt_lookup_min/max, medusa_tree, eagle_tree, dynamic_tree, lookahead), the grid
-      (batch_sizes x temperatures), verify_blocks, the workload (max_new_tokens,
+      (batch_sizes x temperatures), depth_at_batch ((batch_size, N) pairs: the chains' N at
+      that batch size), verify_blocks, the workload (max_new_tokens,
       prompt_tokens, num_prompts per category), repeats (timed repeats per cell, each
       interleaved with the autoregressive baseline), tau_vs_n (the draft-depth sweep of
       draft_model at batch 1, at tau_vs_n_temperature, default 0), data (where held-out
@@ -51,6 +52,11 @@ def default_config() -> ml_collections.ConfigDict:
     # stored; "bfloat16" = rounded (a different model: `sj.generate(weight_dtype=...)`).
     cfg.weight_dtype = ""
     cfg.batch_sizes = (1, 8)
+    # (batch_size, N) pairs: at that batch size, the methods drafting num_speculative_tokens
+    # (chains, Medusa's tree cut to N heads) draft N instead; () = num_speculative_tokens at
+    # every batch. A verify block costs more AR steps at a larger batch, so a served batch of
+    # several rows wants a shorter draft (the picker's served-batch cost curve).
+    cfg.depth_at_batch = ()
     # Block sizes of the target's verify-cost curve in the report (`bench.verify_cost`); ()
     # skips it.
     cfg.verify_blocks = (1, 2, 3, 5, 8, 12, 16, 24, 32)

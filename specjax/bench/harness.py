@@ -36,7 +36,7 @@ from specjax import parallel
 from specjax.bench import methods as mt
 from specjax.bench import plots, report, resume, timing
 from specjax.bench.verify_cost import measure_verify_cost
-from specjax.bench.workload import check_inputs, prompts_by_category, resolve_models
+from specjax.bench.workload import at_batch, check_inputs, prompts_by_category, resolve_models
 from specjax.speedup import alpha_from_acceptance
 
 log = logging.getLogger(__name__)
@@ -44,8 +44,9 @@ log = logging.getLogger(__name__)
 OVERALL = "overall"
 
 
-def _cell_rows(name, batch_size, temperature, measured) -> list[dict]:
-    """results.json rows (one per category plus "overall") from one `Runner.compare`."""
+def _cell_rows(name, batch_size, temperature, measured, depth: int) -> list[dict]:
+    """results.json rows (one per category plus "overall") from one `Runner.compare` of a
+    method drafting `depth` tokens deep (0 for autoregressive)."""
     rows, cats = [], measured["categories"]
     pooled_times = [sum(t) for t in zip(*(c["times_s"] for c in cats.values()), strict=True)]
     pooled_ar = [sum(t) for t in zip(*(c["ar_times_s"] for c in cats.values()), strict=True)]
@@ -63,6 +64,7 @@ def _cell_rows(name, batch_size, temperature, measured) -> list[dict]:
                 "category": category,
                 "batch_size": batch_size,
                 "temperature": temperature,
+                "depth": depth,
                 "tau": entry["stats"]["tau"],
                 "lossy": entry["stats"]["lossy"],
                 "acceptance_by_position": entry["stats"]["acceptance_by_position"],
@@ -91,7 +93,7 @@ def _tau_vs_n(cfg, runner, workloads, draft, grid_rows) -> list[dict]:
     """draft_model at batch 1 and cfg.tau_vs_n_temperature, for N in cfg.tau_vs_n.
 
     Every N is timed in one round-robin against one baseline; an N the grid already ran
-    (draft_model at num_speculative_tokens, batch 1, the same temperature) reuses its row.
+    (draft_model at batch 1 and the same temperature, at the depth it ran) reuses its row.
     """
     temperature = float(cfg.get("tau_vs_n_temperature", 0.0))
     measured_rows = {}
@@ -102,7 +104,7 @@ def _tau_vs_n(cfg, runner, workloads, draft, grid_rows) -> list[dict]:
             temperature,
             OVERALL,
         ):
-            measured_rows[int(cfg.num_speculative_tokens)] = row
+            measured_rows[int(row["depth"])] = row
     specs = {
         int(n): mt.speculative_config("draft_model", mt.with_depth(cfg, "draft_model", n), draft)
         for n in cfg.tau_vs_n
@@ -111,7 +113,7 @@ def _tau_vs_n(cfg, runner, workloads, draft, grid_rows) -> list[dict]:
     if specs:
         many = runner.compare_many(workloads, temperature, specs, int(cfg.repeats))
         for n, measured in many.items():
-            measured_rows[n] = _cell_rows("draft_model", 1, temperature, measured)[-1]
+            measured_rows[n] = _cell_rows("draft_model", 1, temperature, measured, n)[-1]
     return [
         {
             "n": int(n),
@@ -189,6 +191,7 @@ def _verify_curves(cfg, target) -> list[dict]:
     blocks = [int(b) for b in cfg.get("verify_blocks", ()) if int(b) <= room]
     if not blocks:
         return []
+    timing.release_programs()  # the last cell's decode programs (see there)
     return [
         measure_verify_cost(
             target,
@@ -241,11 +244,14 @@ def run_bench(cfg, workdir, *, target=None, draft=None, heads=None) -> dict:
             name = f"b={batch_size} T={temperature}"
             if (rows := store.get(name)) is None:
                 progress.set_postfix_str(f"{name}: {', '.join(cfg.methods)}")
-                specs = {m: mt.speculative_config(m, cfg, drafts) for m in cfg.methods}
+                cell = at_batch(cfg, batch_size)  # depth_at_batch's N at this batch size
+                specs = {m: mt.speculative_config(m, cell, drafts) for m in cfg.methods}
                 workloads = {c: timing.make_batches(p, batch_size) for c, p in prompts.items()}
                 many = runner.compare_many(workloads, temperature, specs, int(cfg.repeats))
                 rows = [
-                    r for m in cfg.methods for r in _cell_rows(m, batch_size, temperature, many[m])
+                    r
+                    for m in cfg.methods
+                    for r in _cell_rows(m, batch_size, temperature, many[m], mt.depth_of(cell, m))
                 ]
                 store.put(name, rows)
             runs += rows

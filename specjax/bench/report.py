@@ -62,12 +62,13 @@ def _main_tables(runs: list[dict]) -> list[str]:
     overall = [r for r in runs if r["category"] == OVERALL]
     lines = ["## Speedup, all categories", ""]
     lines += _table(
-        ["method", "batch", "T", "tau", "tokens/s", "AR tokens/s", "speedup", "range"],
+        ["method", "batch", "T", "N", "tau", "tokens/s", "AR tokens/s", "speedup", "range"],
         [
             [
                 method_label(r),
                 r["batch_size"],
                 f"{r['temperature']:g}",
+                r.get("depth", "—"),  # the draft depth the cell ran (0: none)
                 f"{r['tau']:.2f}",
                 f"{r['tokens_per_s']:.1f}",
                 f"{r['ar_tokens_per_s']:.1f}",
@@ -76,7 +77,7 @@ def _main_tables(runs: list[dict]) -> list[str]:
             ]
             for r in overall
         ],
-        "lrrrrrrr",
+        "lrrrrrrrr",
     )
     per_cat = [r for r in runs if r["category"] != OVERALL]
     lines += ["## Per category", ""]
@@ -231,7 +232,8 @@ def write_report(results: dict, path, plot_files: dict | None = None) -> Path:
         f"{cfg['max_new_tokens']} new tokens per row (no stop ids); {cfg['repeats']} timed "
         "repeats per cell, each interleaved with the autoregressive baseline (AR, method, "
         "AR, method, ...); speedup = median AR time / median method time; a batch of b "
-        "rows cycles the category's prompts.",
+        "rows cycles the category's prompts; N = the draft depth a cell ran (a chain's "
+        "length, a tree's depth; 0 = none).",
         *_weights_line(cfg),
         "",
         *_summary(results["runs"]),

@@ -120,6 +120,20 @@ def pool_stats(stats_list: list[dict]) -> dict:
     return pooled
 
 
+def release_programs() -> None:
+    """Drop the compiled programs jax holds in memory (a persistent compilation cache on disk
+    stays, and serves a recompile).
+
+    Each round-robin of a run compiles its own programs, and XLA:CPU maps every executable's
+    code in many regions: about 1,000 for one SmolLM2-135M decode program. Linux caps a
+    process at `vm.max_map_count` mappings (65,530 by default), and a Spec-Bench run that kept
+    every cell's programs crashed in LLVM ("Cannot allocate memory", then a segfault) after
+    two cells of 5 methods x 12 categories. Released before each round-robin, the live
+    programs are the current round's only.
+    """
+    jax.clear_caches()
+
+
 @dataclasses.dataclass
 class Runner:
     """Runs and times `generate` for one target with a fixed budget and no stop ids.
@@ -187,6 +201,7 @@ class Runner:
         repeats = check_int("repeats", repeats, 1)
         if not specs:
             raise ValueError("compare_many needs at least one method")
+        release_programs()  # the previous round-robin's programs: this one compiles its own
         first = next(iter(workloads.values()))[:1]
         first_cat = next(iter(workloads))
         # One batch of every other prompt bucket (Spec-Bench's categories span several):

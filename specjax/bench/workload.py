@@ -28,6 +28,47 @@ def check_inputs(cfg, draft=None, heads=None) -> None:
     slots = tuple(_head_slots(cfg, heads).items())
     weight_dtype(cfg), weight_dtype(cfg, "draft_weight_dtype")  # "" or "bfloat16"
     check_methods(cfg.methods, Drafts(draft if draft is not None else (cfg.draft or None), slots))
+    depths_at_batch(cfg)
+
+
+def depths_at_batch(cfg) -> dict[int, int]:
+    """{batch_size: N} from `cfg.depth_at_batch` ((batch_size, N) pairs), checked: positive
+    integers, each batch size one of `cfg.batch_sizes` and named once."""
+    pairs = cfg.get("depth_at_batch", ()) or ()
+    batches = tuple(int(b) for b in cfg.batch_sizes)
+    depths = {}
+    for pair in pairs:
+        ok = isinstance(pair, (tuple, list)) and len(pair) == 2
+        if not ok or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in pair
+        ):
+            raise ValueError(
+                f"depth_at_batch: {pair!r} is not a (batch_size, num_speculative_tokens) pair "
+                "of positive integers, e.g. depth_at_batch=((8, 2),)"
+            )
+        batch, n = pair
+        if batch not in batches:
+            raise ValueError(
+                f"depth_at_batch names batch size {batch}, which the run does not time: "
+                f"batch_sizes is {batches} (add it there, or drop the pair)"
+            )
+        if batch in depths:
+            raise ValueError(f"depth_at_batch names batch size {batch} twice: {tuple(pairs)!r}")
+        depths[batch] = n
+    return depths
+
+
+def at_batch(cfg, batch_size: int):
+    """`cfg` as the run's cells at `batch_size` use it: num_speculative_tokens replaced where
+    `cfg.depth_at_batch` names that batch size (a copy; `cfg` itself when it does not)."""
+    n = depths_at_batch(cfg).get(int(batch_size))
+    if n is None:
+        return cfg
+    import ml_collections  # not at the top: see specjax.bench's note
+
+    cell = ml_collections.ConfigDict(cfg).copy_and_resolve_references()
+    cell.num_speculative_tokens = n
+    return cell
 
 
 def resolve_models(cfg, target=None, draft=None, heads=None) -> tuple[Model, Model | None, Drafts]:

@@ -97,7 +97,7 @@ def test_acceptance_statistics_are_consistent(bench):
              "lookahead": N}  # fmt: skip
     for r in results["runs"]:
         u, c = r["acceptance_by_position"], r["conditional_acceptance_by_position"]
-        assert len(u) == len(c) == depth[r["method"]]
+        assert len(u) == len(c) == depth[r["method"]] == r["depth"]
         offered, reached = r["offered_by_position"], r["reached_by_position"]
         at_least = r["accepted_by_position"]
         # Accepted drafts = sum_i #(steps accepting >= i), exactly, for pooled counts.
@@ -136,7 +136,11 @@ def test_tau_vs_n_sweep(bench):
 def test_report_and_plots(bench):
     workdir, results = bench
     report = (workdir / "report.md").read_text()
-    for needle in ("| method | batch | T | tau | tokens/s", "Acceptance by position", "tau vs N"):
+    for needle in (
+        "| method | batch | T | N | tau | tokens/s",
+        "Acceptance by position",
+        "tau vs N",
+    ):
         assert needle in report
     for method in mt.registered_methods():
         assert f"| {method} |" in report
@@ -282,6 +286,38 @@ def test_method_builders_forward_the_draft_weight_dtype(heads):
         assert "draft_weight_dtype" not in mt.speculative_config(name, cfg, drafts)
 
 
+def test_depth_at_batch_shortens_the_chains_at_that_batch_size(pair, heads, tmp_path):
+    target, _ = pair
+    cfg = tiny_config(["ngram", "medusa_chain", "lookahead"])
+    cfg.update(batch_sizes=(1, 2), depth_at_batch=((2, 1),), tau_vs_n=(), verify_blocks=())
+    cfg.lookahead.update(window=2, candidate_length=N, max_candidates=2)
+    results = run_bench(cfg, tmp_path, target=target, heads={"medusa": heads})
+    for r in results["runs"]:
+        want = {"autoregressive": 0, "lookahead": N}.get(
+            r["method"], 1 if r["batch_size"] == 2 else N
+        )
+        # the row names the depth it ran, and its statistics are that deep
+        assert r["depth"] == want == len(r["acceptance_by_position"])
+    assert {r["batch_size"] for r in results["runs"]} == {1, 2}
+    assert "| ngram | 2 | 0 | 1 |" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("pairs", "match"),
+    [
+        (((8, 2),), r"names batch size 8, which the run does not time: batch_sizes is \(1,\)"),
+        (((1, 0),), r"\(1, 0\) is not a \(batch_size, num_speculative_tokens\) pair"),
+        ((1, 2), r"1 is not a \(batch_size, num_speculative_tokens\) pair"),
+        (((1, 2), (1, 3)), "names batch size 1 twice"),
+    ],
+)
+def test_bad_depth_at_batch_is_refused_before_loading(tmp_path, pairs, match):
+    cfg = tiny_config(["ngram"])
+    cfg.depth_at_batch = pairs
+    with pytest.raises(ValueError, match=match):
+        run_bench(cfg, tmp_path)  # no target set: the check comes before any load
+
+
 @pytest.mark.parametrize("key", ["weight_dtype", "draft_weight_dtype"])
 def test_bad_weight_dtypes_are_refused_before_loading(tmp_path, key):
     cfg = tiny_config(["ngram"])
@@ -340,6 +376,27 @@ def test_every_prompt_bucket_is_compiled_in_the_warm_up(pair):
     spec = {"method": "ngram", "num_speculative_tokens": N}
     measured = runner.compare_many(workloads, 0.0, {"ngram": spec}, 1)
     assert measured["ngram"]["retraced"] == 0
+
+
+def test_each_round_robin_releases_the_previous_ones_programs(pair):
+    """Compiled programs are dropped before a round-robin compiles its own: XLA:CPU maps each
+    executable in many regions, and a run that kept them all hit the kernel's cap on a
+    process's mappings (`timing.release_programs`)."""
+    from specjax.decoding import engine
+
+    def live():
+        return sum(
+            f._cache_size() for f in (engine._generate_jit, engine._prefill_jit, engine._step_jit)
+        )
+
+    target = pair[0]
+    workloads = {"code": timing.make_batches([list(range(3, 13))], 1)}
+    runner = timing.Runner(target, 4, 0)
+    runner.compare_many(workloads, 0.0, {"a": {"method": "ngram", "num_speculative_tokens": 2}}, 1)
+    first = live()
+    assert first >= 2  # AR and the method
+    runner.compare_many(workloads, 0.0, {"b": {"method": "ngram", "num_speculative_tokens": 1}}, 1)
+    assert live() == first  # kept, the AR program would be shared: first + 1
 
 
 def test_a_crashed_bench_resumes_from_its_finished_cells(pair, tmp_path, monkeypatch):
