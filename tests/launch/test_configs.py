@@ -9,6 +9,7 @@ from ml_collections import config_flags
 
 from launch.main import TASKS, dispatch
 from launch.sweep import apply_overrides, load_sweep, point_name
+from specjax.bench.workload import depths_at_batch
 from specjax.pipelines.quickstart import quickstart
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,6 +57,8 @@ def test_config_loads_and_names_a_task(path, arg):
     config = parse(f"--config={path}" + (f":{arg}" if arg else ""))
     assert config.task in TASKS
     assert config.is_locked  # a misspelt override is an error, not a new field
+    if "bench" in config:  # its per-batch depths name batch sizes the run times
+        assert set(depths_at_batch(config.bench)) <= set(config.bench.batch_sizes)
 
 
 def test_unknown_variant_is_refused():
