@@ -59,7 +59,10 @@ min wall in all, pip included):
   EAGLE-3's 4-step training-time test (2026-12-07, 15.8 min; BENCHMARKS.md "An Intel Xeon,
   tenth session", the run and two bench re-runs): medusa_chain 3.71, 1.90-2.05x;
   eagle3_chain 3.50, 1.37-1.50x; eagle3 3.90, 1.30-1.41x; ngram 1.36-1.53x; at batch 8
-  medusa_chain 0.85-0.89x.
+  medusa_chain 0.85-0.89x. On a 2-core AMD EPYC Zen 3 with AVX2 only, with the chains at N = 2
+  at batch 8 (2026-12-07, 23.1 min; BENCHMARKS.md "An AMD EPYC Zen 3, AVX2 only"):
+  medusa_chain 3.50, 1.41x; eagle3_chain 3.29, 1.13x; ngram 1.28x; at batch 8 medusa_chain
+  1.09x, ngram 1.01x.
   tiny     ~1.5 min wall. 2x64 target and 1x32 draft, 120 steps each on the synthetic
            pair-cycle corpus (`specjax.data.pair_cycle_records`, which a tiny target learns
            and then continues deterministically), tiny heads (60 steps), 8 prompts of 16

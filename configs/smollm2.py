@@ -20,6 +20,8 @@ quickstart's stages, without the draft LM: SmolLM2 has no smaller sibling with i
   4. the bench on Spec-Bench's questions (every category, chat-templated), T = 0 and 1,
      batch 1 and 8, against specjax's own AR; report and plots as the quickstart writes.
 
+On a 2-core AMD EPYC Zen 3 with AVX2 only (2026-12-07, fresh workdir): about 47 minutes
+(distillation and Medusa 10.5, EAGLE-3 20.1, bench 15.9; LOG.md 2026-12-07 (7)).
 Expect (2-core AMD EPYC with AVX-512, 2026-12-05 (2), fresh workdir, quiet): 29.0 minutes with
 384 rows, Medusa over an 8,192-id draft vocabulary and 300 EAGLE-3 steps (self-distillation
 and Medusa 8.4, EAGLE-3 11.1, bench 9.3); tau at T=0 / T=1: eagle3 1.38 / 1.39, medusa 1.21 /
