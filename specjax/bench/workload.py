@@ -35,6 +35,8 @@ def depths_at_batch(cfg) -> dict[int, int]:
     """{batch_size: N} from `cfg.depth_at_batch` ((batch_size, N) pairs), checked: positive
     integers, each batch size one of `cfg.batch_sizes` and named once."""
     pairs = cfg.get("depth_at_batch", ()) or ()
+    if not pairs:  # the picker's config times one batch_size and has neither key
+        return {}
     batches = tuple(int(b) for b in cfg.batch_sizes)
     depths = {}
     for pair in pairs:
