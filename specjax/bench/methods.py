@@ -155,6 +155,11 @@ def with_depth(cfg, name: str, n: int):
     key = get_method(name).depth_key
     if key is None:
         raise ValueError(f"benchmark method {name!r} has no draft depth to vary")
+    return with_value(cfg, key, int(n))
+
+
+def with_value(cfg, key: str, value):
+    """A copy of `cfg` with its dotted `key` (e.g. "dynamic_tree.depth") set to `value`."""
     import ml_collections  # not at the top: see the note there
 
     cfg = ml_collections.ConfigDict(cfg).copy_and_resolve_references()
@@ -162,7 +167,7 @@ def with_depth(cfg, name: str, n: int):
     node = cfg
     for part in parents:
         node = node[part]
-    node[leaf] = int(n)
+    node[leaf] = value
     return cfg
 
 

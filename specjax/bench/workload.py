@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from specjax import data
 from specjax.bench import spec_bench
-from specjax.bench.methods import Drafts, check_methods, weight_dtype
+from specjax.bench.methods import Drafts, check_methods, weight_dtype, with_value
 from specjax.heads import check_heads_fit
 from specjax.io.drafts import load_draft
 from specjax.io.hf import load_model
@@ -64,13 +64,7 @@ def at_batch(cfg, batch_size: int):
     """`cfg` as the run's cells at `batch_size` use it: num_speculative_tokens replaced where
     `cfg.depth_at_batch` names that batch size (a copy; `cfg` itself when it does not)."""
     n = depths_at_batch(cfg).get(int(batch_size))
-    if n is None:
-        return cfg
-    import ml_collections  # not at the top: see specjax.bench's note
-
-    cell = ml_collections.ConfigDict(cfg).copy_and_resolve_references()
-    cell.num_speculative_tokens = n
-    return cell
+    return cfg if n is None else with_value(cfg, "num_speculative_tokens", n)
 
 
 def resolve_models(cfg, target=None, draft=None, heads=None) -> tuple[Model, Model | None, Drafts]:
