@@ -1,6 +1,8 @@
 """Shared fixtures: tiny models built locally (no downloads), created once per session."""
 
 import os
+import shutil
+import tempfile
 
 import jax
 import numpy as np
@@ -9,6 +11,52 @@ import pytest
 import specjax as sj
 
 jax.config.update("jax_default_matmul_precision", "highest")
+# Most of the suite's time is XLA compiling small programs, not running them: without LLVM's
+# optimizations the README's command took 17:14 instead of 27:19 on a 2-core AVX2 EPYC (CPU
+# time 1,973 s against 3,168; BENCHMARKS.md "Test suite time"). Modules whose time is running
+# programs (the law tests' 102,400 samples) ask for them back with `optimized_xla`.
+jax.config.update("jax_disable_most_optimizations", True)
+
+# One persistent XLA compilation cache for the whole run, shared by the xdist workers (the
+# tests of a module are split over them, and each would compile the module's programs), and by
+# `.ci/run`'s two pytest commands when it names one in SPECJAX_TEST_XLA_CACHE. Without it, a
+# fresh directory per run, removed at the end. Not an environment variable JAX reads itself:
+# the tests' own subprocesses (the launcher's) keep their default cache.
+XLA_CACHE_ENV = "SPECJAX_TEST_XLA_CACHE"
+XLA_CACHE_KEY = "specjax_xla_cache"
+_XLA_CACHE = pytest.StashKey[str]()
+
+
+def _use_xla_cache(path: str) -> None:
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller's directory
+        _use_xla_cache(config.workerinput[XLA_CACHE_KEY])
+        return
+    path = os.environ.get(XLA_CACHE_ENV)
+    if not path:
+        path = tempfile.mkdtemp(prefix="specjax-tests-xla-")
+        config.add_cleanup(lambda: shutil.rmtree(path, ignore_errors=True))
+    config.stash[_XLA_CACHE] = path
+    _use_xla_cache(path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):  # xdist, in the controller: each worker's input
+    node.workerinput[XLA_CACHE_KEY] = node.config.stash[_XLA_CACHE]
+
+
+@pytest.fixture(scope="module")
+def optimized_xla():
+    """XLA's full optimizations for one module (`pytestmark = pytest.mark.usefixtures(...)`)."""
+    old = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", False)
+    yield
+    jax.config.update("jax_disable_most_optimizations", old)
+
 
 # tests/mesh/ needs 8 emulated devices fixed before JAX starts: tests/test_mesh.py runs it in
 # a child process; this process never collects it.

@@ -39,6 +39,10 @@ from specjax.decoding import engine
 from specjax.decoding import verify as vf
 from tests.decoding import test_spec_distribution as dist
 
+# Running 102,400 samples a case, not compiling, is this module's time: XLA's full
+# optimizations (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("optimized_xla")
+
 TREE = "small_2x3"  # 3 root children, 2 under the first: depth 2
 MODES = {"one_hot": dist.TOP_K, "strict": dist.TOP_P}  # the distribution tests' slow pairs
 

@@ -30,6 +30,10 @@ from specjax.cache import KVCache
 from specjax.decoding import engine
 from specjax.decoding import verify as vf
 
+# Running 102,400 samples a case, not compiling, is this module's time: XLA's full
+# optimizations (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("optimized_xla")
+
 CONFIG = sj.ModelConfig(
     vocab_size=32,
     hidden_size=16,
