@@ -58,6 +58,15 @@ def optimized_xla():
     jax.config.update("jax_disable_most_optimizations", old)
 
 
+@pytest.fixture
+def child_env():
+    """os.environ for a child process that compiles as this one does (with or without XLA's
+    optimizations): a run killed in a child and resumed here matches one run here to 1e-5 only
+    when both compile alike."""
+    flag = "1" if jax.config.read("jax_disable_most_optimizations") else "0"
+    return {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_DISABLE_MOST_OPTIMIZATIONS": flag}
+
+
 # tests/mesh/ needs 8 emulated devices fixed before JAX starts: tests/test_mesh.py runs it in
 # a child process; this process never collects it.
 if os.environ.get("SPECJAX_MESH_SUITE") != "1":

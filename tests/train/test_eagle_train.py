@@ -11,7 +11,6 @@ resumed run (here and in the subprocess) then loads the reference run's programs
 compiling them again.
 """
 
-import os
 import signal
 import string
 import subprocess
@@ -372,11 +371,11 @@ eagle.train_eagle(eagle_config(Path(corpus), Path(target_dir)), workdir)
 
 @pytest.mark.slow
 def test_sigkilled_run_resumes_to_the_uninterrupted_parameters(
-    reference, corpus, target_dir, tmp_path, compile_cache
+    reference, corpus, target_dir, tmp_path, compile_cache, child_env
 ):
     config, ref_dir, _ = reference
     workdir = tmp_path / "killed"
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_DEFAULT_MATMUL_PRECISION": "highest",
+    env = {**child_env, "JAX_DEFAULT_MATMUL_PRECISION": "highest",
            "JAX_COMPILATION_CACHE_DIR": str(compile_cache),
            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}  # fmt: skip
     argv = [sys.executable, "-c", CHILD, str(corpus), str(target_dir), str(workdir), "26"]

@@ -8,7 +8,6 @@ at t. A tiny LM is trained on it once per module (~20 s); head runs take seconds
 """
 
 import json
-import os
 import shutil
 import signal
 import string
@@ -213,7 +212,9 @@ def test_magpie_prompts_are_user_turns_the_target_wrote(corpus, target_dir, tmp_
 
 
 @pytest.mark.slow
-def test_sigkilled_run_resumes_to_the_uninterrupted_parameters(corpus, target_dir, tmp_path):
+def test_sigkilled_run_resumes_to_the_uninterrupted_parameters(
+    corpus, target_dir, tmp_path, child_env
+):
     overrides = {"train.num_steps": 400, "train.checkpoint_every": 50, "train.eval_every": 200}
     ref_dir = tmp_path / "ref"
     config = heads_config(corpus, target_dir, **{k.split(".")[1]: v for k, v in overrides.items()})
@@ -227,8 +228,7 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_parameters(corpus, target_di
     argv += [f"--config.{k}={v}" for k, v in flat.items()]
     log_path = tmp_path / "stderr.txt"
     with log_path.open("w") as log:
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=log,
-                                env={**os.environ, "JAX_PLATFORMS": "cpu"})  # fmt: skip
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=log, env=child_env)
         deadline = time.monotonic() + 240
         ckpts = workdir / th.CHECKPOINTS
         while proc.poll() is None and time.monotonic() < deadline:

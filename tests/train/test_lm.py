@@ -6,7 +6,6 @@ this process, the killed run in a subprocess, and both must reach the same param
 
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -61,14 +60,13 @@ def reference(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_sigkilled_run_resumes_to_the_uninterrupted_parameters(tmp_path, reference):
+def test_sigkilled_run_resumes_to_the_uninterrupted_parameters(tmp_path, reference, child_env):
     workdir = tmp_path / "killed"
     argv = [sys.executable, "-m", "launch.main", "--config=configs/train_lm.py:tiny"]
     argv += [f"--workdir={workdir}"] + [f"--config.{k}={v}" for k, v in OVERRIDES.items()]
     log_path = tmp_path / "stderr.txt"
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     with log_path.open("w") as log:
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=log, env=env)
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=log, env=child_env)
         deadline = time.monotonic() + 180
         while not committed_steps(workdir) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
