@@ -17,10 +17,10 @@ jax.config.update("jax_default_matmul_precision", "highest")
 # programs (the law tests' 102,400 samples) ask for them back with `optimized_xla`.
 jax.config.update("jax_disable_most_optimizations", True)
 
-# One persistent XLA compilation cache for the whole run, shared by the xdist workers (the
-# tests of a module are split over them, and each would compile the module's programs), and by
-# `.ci/run`'s two pytest commands when it names one in SPECJAX_TEST_XLA_CACHE. Without it, a
-# fresh directory per run, removed at the end. Not an environment variable JAX reads itself:
+# One persistent XLA compilation cache for the whole run, shared by the xdist workers and, when
+# SPECJAX_TEST_XLA_CACHE names one, by `.ci/run`'s two pytest commands or by local re-runs
+# (where it pays: a cold run gains nothing, its workers rarely compile the same program).
+# Without it, a fresh directory per run, removed at the end. Not an environment variable JAX reads itself:
 # the tests' own subprocesses (the launcher's) keep their default cache.
 XLA_CACHE_ENV = "SPECJAX_TEST_XLA_CACHE"
 XLA_CACHE_KEY = "specjax_xla_cache"
